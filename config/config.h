@@ -1,0 +1,102 @@
+// kiln's configuration as plain structs (shape documented in docs/configuration.md).
+// Parsed and validated by config/config_parser.h. Immutable after load; safe to share
+// read-only between threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:8700";  // host:port
+  std::string state_dir;                   // required
+  std::vector<std::string> allowed_origins;
+};
+
+struct SchedulerConfig {
+  int max_parallel_builds = 2;  // 1..64
+};
+
+struct RegistryConfig {
+  std::string name;
+  std::string url;                        // http://host:port or https://host:port
+  std::optional<std::string> auth_file;   // docker config.json; never logged
+  std::optional<std::string> ca_file;
+};
+
+struct ContainerfileBuild {
+  std::string file = "Containerfile";     // relative to the source root
+  std::string context = ".";              // relative to the source root
+  std::optional<std::string> target;
+  std::map<std::string, std::string> build_args;
+  bool network = false;                   // RUN steps may use the network (opt-in)
+};
+
+struct LayeredOutput {
+  std::string from;  // relative to the workspace
+  std::string to;    // absolute path in the image
+};
+
+struct LayeredBuild {
+  std::string base_image;  // "<registry>/<repo>@sha256:<digest>"
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> caches;  // env var -> cache name
+  std::vector<LayeredOutput> outputs;
+  std::vector<std::string> entrypoint;
+};
+
+struct BuildConfig {
+  std::string mode = "containerfile";  // "containerfile" | "layered"
+  int timeout_s = 600;                 // 1..86400
+  ContainerfileBuild containerfile;
+  std::optional<LayeredBuild> layered;
+};
+
+struct ImageConfig {
+  std::string registry;    // key into Config::registries
+  std::string repository;  // e.g. "loop/app"
+};
+
+struct KubernetesDeploy {
+  std::string namespace_;
+  std::string deployment;
+  std::string container;
+  std::optional<std::string> kubeconfig;  // null: in-cluster
+  int rollout_timeout_s = 300;
+};
+
+struct LocalDeploy {
+  int port = 9000;
+  std::string health_path = "/healthz";
+};
+
+struct DeployConfig {
+  std::string type = "none";  // "kubernetes" | "local" | "none"
+  std::optional<KubernetesDeploy> kubernetes;
+  std::optional<LocalDeploy> local;
+};
+
+struct DomainConfig {
+  std::string name;
+  std::vector<std::string> token_sha256;  // lowercase hex
+  int weight = 1;                         // 1..1000
+  std::map<std::string, std::string> tool_aliases;  // alias -> tool name
+  BuildConfig build;
+  ImageConfig image;
+  DeployConfig deploy;
+};
+
+struct Config {
+  ServerConfig server;
+  SchedulerConfig scheduler;
+  std::map<std::string, RegistryConfig> registries;
+  std::vector<std::string> operator_token_sha256;
+  std::map<std::string, DomainConfig> domains;
+};
+
+}  // namespace kiln

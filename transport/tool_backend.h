@@ -1,0 +1,59 @@
+// ToolBackend: what the MCP transport needs from kiln's core.
+//
+// The real implementation (actors/actor_backend.h) routes calls to the scheduler and candidate
+// actors; tests use a fake. Implementations must be thread-safe: Call and Cancel may be invoked
+// from any thread (the HTTP io threads), and must never block. The callbacks may run on any
+// thread and must not block either (post back to your own executor).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+struct ToolCall {
+  std::string domain;       // the authenticated caller's domain
+  std::string tool;         // canonical tool name (aliases already resolved by the transport)
+  nlohmann::json arguments; // always a JSON object (the transport checks this)
+};
+
+struct ToolProgress {
+  double progress = 0;           // strictly increasing per call
+  std::optional<double> total;
+  std::string message;
+};
+
+struct ToolResult {
+  nlohmann::json structured;  // structuredContent (an object); also sent as the text block
+  bool is_error = false;      // tool-level failure (failed build, bad argument value, not found)
+};
+
+class ToolBackend {
+ public:
+  using ProgressFn = std::function<void(const ToolProgress&)>;
+  using DoneFn = std::function<void(ToolResult)>;
+
+  virtual ~ToolBackend() = default;
+
+  /// Starts a tool call. `done` is called exactly once (also after Cancel). `progress` may be
+  /// called zero or more times before `done`, never after. Returns a handle for Cancel.
+  /// Unknown tool names yield done({"error": ...}, is_error=true); the transport checks tool
+  /// names against its own list before calling, so this is a backstop.
+  virtual uint64_t Call(ToolCall call, ProgressFn progress, DoneFn done) = 0;
+
+  /// Cancels the call (for build_candidate with wait: it cancels the build). Unknown or finished
+  /// handles are ignored.
+  virtual void Cancel(uint64_t handle) = 0;
+
+  /// Readiness for /readyz: name -> (ok, detail). Must answer quickly (cached by the backend).
+  virtual nlohmann::json Readiness() = 0;
+
+  /// Extra Prometheus text (build metrics) appended to /metrics.
+  virtual std::string MetricsText() = 0;
+};
+
+}  // namespace kiln
