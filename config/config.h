@@ -1,6 +1,8 @@
 // kiln's configuration as plain structs (shape documented in docs/configuration.md).
 // Parsed and validated by config/config_parser.h. Immutable after load; safe to share
-// read-only between threads.
+// read-only between threads. After LoadConfigFile, the file paths (state_dir, auth_file,
+// ca_file, kubeconfig) are absolute: relative ones were resolved against the config file's
+// directory.
 #pragma once
 
 #include <cstdint>
@@ -13,27 +15,31 @@ namespace kiln {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:8700";  // host:port
-  std::string state_dir;                   // required
+  std::string state_dir;                  // required
   std::vector<std::string> allowed_origins;
+  int64_t max_request_bytes = 1 << 20;  // 1 KiB..1 GiB; larger HTTP request bodies are refused
+  int max_sessions = 256;               // 1..100000 concurrent MCP sessions
+  int max_inflight_per_session = 32;    // 1..1024 concurrent requests in one MCP session
 };
 
 struct SchedulerConfig {
-  int max_parallel_builds = 2;  // 1..64
+  int max_parallel_builds = 2;            // 1..64
+  int64_t build_log_max_bytes = 4 << 20;  // 4 KiB..1 GiB kept per build log
 };
 
 struct RegistryConfig {
   std::string name;
-  std::string url;                        // http://host:port or https://host:port
-  std::optional<std::string> auth_file;   // docker config.json; never logged
+  std::string url;                       // http://host:port or https://host:port
+  std::optional<std::string> auth_file;  // docker config.json; never logged
   std::optional<std::string> ca_file;
 };
 
 struct ContainerfileBuild {
-  std::string file = "Containerfile";     // relative to the source root
-  std::string context = ".";              // relative to the source root
+  std::string file = "Containerfile";  // relative to the source root
+  std::string context = ".";           // relative to the source root
   std::optional<std::string> target;
   std::map<std::string, std::string> build_args;
-  bool network = false;                   // RUN steps may use the network (opt-in)
+  bool network = false;  // RUN steps may use the network (opt-in)
 };
 
 struct LayeredOutput {
@@ -83,8 +89,8 @@ struct DeployConfig {
 
 struct DomainConfig {
   std::string name;
-  std::vector<std::string> token_sha256;  // lowercase hex
-  int weight = 1;                         // 1..1000
+  std::vector<std::string> token_sha256;            // lowercase hex
+  int weight = 1;                                   // 1..1000
   std::map<std::string, std::string> tool_aliases;  // alias -> tool name
   BuildConfig build;
   ImageConfig image;
@@ -92,6 +98,7 @@ struct DomainConfig {
 };
 
 struct Config {
+  std::string log_level = "info";  // trace | debug | info | warn | error
   ServerConfig server;
   SchedulerConfig scheduler;
   std::map<std::string, RegistryConfig> registries;

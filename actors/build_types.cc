@@ -1,0 +1,34 @@
+#include "actors/build_types.h"
+
+namespace kiln {
+
+const char* StatusWireName(BuildStatus s) {
+  switch (s) {
+    case BuildStatus::kQueued: return "queued";
+    case BuildStatus::kResolving:
+    case BuildStatus::kRunning:
+    case BuildStatus::kPushing: return "running";
+    case BuildStatus::kSucceeded: return "succeeded";
+    case BuildStatus::kFailed: return "failed";
+    case BuildStatus::kCancelled: return "cancelled";
+    case BuildStatus::kInterrupted: return "interrupted";
+  }
+  return "failed";
+}
+
+const char* PhaseName(BuildStatus s) {
+  switch (s) {
+    case BuildStatus::kQueued: return "queued";
+    case BuildStatus::kResolving: return "resolving";
+    case BuildStatus::kRunning: return "building";
+    case BuildStatus::kPushing: return "pushing";
+    default: return StatusWireName(s);
+  }
+}
+
+bool IsFinal(BuildStatus s) {
+  return s == BuildStatus::kSucceeded || s == BuildStatus::kFailed ||
+         s == BuildStatus::kCancelled || s == BuildStatus::kInterrupted;
+}
+
+}  // namespace kiln

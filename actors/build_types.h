@@ -1,0 +1,63 @@
+// Plain data types shared by the scheduler core, the candidate actor and the tool layer.
+// Value types; no CAF. A BuildOutcome is immutable once published (shared as
+// shared_ptr<const BuildOutcome>), so it may be read from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "builder/diagnostics.h"
+
+namespace kiln {
+
+using BuildId = std::string;
+
+/// Final states are succeeded, failed, cancelled, interrupted.
+enum class BuildStatus { kQueued, kResolving, kRunning, kPushing, kSucceeded, kFailed, kCancelled, kInterrupted };
+
+/// Wire name: queued, running (resolving/running/pushing are all "running" on the wire, with
+/// `phase` telling which), succeeded, failed, cancelled, interrupted.
+const char* StatusWireName(BuildStatus s);
+const char* PhaseName(BuildStatus s);
+bool IsFinal(BuildStatus s);
+
+struct BuildTimings {
+  int64_t queued_ms = 0;
+  int64_t build_ms = 0;
+  int64_t push_ms = 0;
+  int64_t total_ms = 0;
+};
+
+/// What one build execution produced. Shared between deduplicated waiters and the cache.
+struct BuildOutcome {
+  BuildStatus status = BuildStatus::kFailed;
+  std::string image_ref;     // "<host:port>/<repo>@sha256:<hex>" when succeeded
+  std::string digest;        // "sha256:<hex>"
+  std::vector<Diagnostic> diagnostics;
+  std::string log_tail;      // last lines of the log
+  std::string error;         // human-readable failure reason (never a credential)
+  BuildId built_by;          // the build id that actually ran
+  std::string commit;        // what was built
+  int64_t build_ms = 0;
+  int64_t push_ms = 0;
+};
+using OutcomePtr = std::shared_ptr<const BuildOutcome>;
+
+/// A validated build request. `source_dir` is set only by the trusted CLI path (`kiln build`);
+/// agents always build from the domain's git repository.
+struct BuildRequest {
+  std::string candidate;
+  std::optional<std::string> ref;
+  std::optional<std::string> commit;
+  bool wait = true;
+  std::optional<std::string> source_dir;
+};
+
+
+}  // namespace kiln

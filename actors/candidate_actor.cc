@@ -1,0 +1,574 @@
+#include "actors/candidate_actor.h"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/response_promise.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "actors/build_metrics.h"
+#include "actors/domain_env.h"
+#include "actors/protocol.h"
+#include "actors/tool_views.h"
+#include "builder/build_key.h"
+#include "builder/log_buffer.h"
+#include "workspace/checkout.h"
+#include "workspace/source_tree.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+int64_t Ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+BuildId NewBuildId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "b-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+struct Record {
+  BuildSnapshot snap;
+  BuildRequest req;
+  std::string key;
+  std::string tree;
+  std::string source_id;
+  std::string image_id;
+  std::shared_ptr<LogBuffer> log;
+  std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
+  std::vector<caf::response_promise> promises;
+  std::vector<caf::actor> sinks;
+  Clock::time_point requested = Clock::now();
+  Clock::time_point started;
+  bool owner_running = false;  // we hold a scheduler slot for this build
+  bool holds_push_lane = false;
+  double progress = 0;
+};
+
+struct CandidateState {
+  std::shared_ptr<const DomainEnv> env;
+  std::string name;
+  caf::actor scheduler;
+  caf::actor domain;
+  std::map<BuildId, Record> records;
+  std::deque<BuildId> history;  // oldest first
+  std::optional<BuildId> active;
+  std::optional<BuildId> latest_success;
+  bool worker_busy = false;
+  std::deque<std::pair<BuildId, std::string>> pending_starts;
+  static inline const char* name_ = "kiln.candidate";
+};
+
+using Self = caf::stateful_actor<CandidateState>;
+
+ToolResult ResultOf(const Record& r) {
+  BuildSnapshot s = r.snap;
+  if (r.log) s.log_tail = r.log->Tail(4096);
+  return {BuildJson(s), s.status != BuildStatus::kSucceeded && IsFinal(s.status)};
+}
+
+void Progress(Self* self, Record& r, const std::string& message) {
+  r.progress += 1;
+  for (auto& sink : r.sinks)
+    self->send(sink, progress_atom::value, ToolProgress{r.progress, std::nullopt, message});
+}
+
+void LogTransition(Self* self, const Record& r) {
+  spdlog::info("build {} domain={} candidate={} -> {}{}", r.snap.id, self->state.env->domain,
+               self->state.name, PhaseName(r.snap.status),
+               r.snap.cache_hit ? " (cache hit)" : (r.snap.deduplicated ? " (deduplicated)" : ""));
+}
+
+void SetStatus(Self* self, Record& r, BuildStatus st, const std::string& progress_msg = "") {
+  r.snap.status = st;
+  LogTransition(self, r);
+  if (!progress_msg.empty()) Progress(self, r, progress_msg);
+}
+
+void SendSummary(Self* self) {
+  auto& s = self->state;
+  nlohmann::json j;
+  j["candidate"] = s.name;
+  const Record* latest = s.history.empty() ? nullptr : &s.records.at(s.history.back());
+  j["state"] = latest ? PhaseName(latest->snap.status) : "idle";
+  j["latest_build"] = latest ? nlohmann::json{{"build_id", latest->snap.id},
+                                             {"status", StatusWireName(latest->snap.status)},
+                                             {"commit", latest->snap.commit}}
+                             : nlohmann::json(nullptr);
+  if (s.latest_success && s.records.count(*s.latest_success)) {
+    const auto& r = s.records.at(*s.latest_success);
+    j["latest_successful_build"] = {{"build_id", r.snap.id},
+                                    {"image", r.snap.outcome ? r.snap.outcome->image_ref : ""}};
+  } else {
+    j["latest_successful_build"] = nullptr;
+  }
+  self->send(s.domain, summary_atom::value, CandidateSummary{s.name, j});
+}
+
+void TrimHistory(Self* self) {
+  auto& s = self->state;
+  while (s.history.size() > s.env->history_per_candidate) {
+    const BuildId& id = s.history.front();
+    auto it = s.records.find(id);
+    if (it != s.records.end() && !IsFinal(it->second.snap.status)) break;
+    if (s.latest_success && *s.latest_success == id) break;
+    s.records.erase(id);
+    s.history.pop_front();
+  }
+}
+
+// Moves `r` to a final state and answers everyone waiting on it.
+void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const std::string& error) {
+  if (IsFinal(r.snap.status)) return;
+  auto& s = self->state;
+  r.snap.outcome = outcome;
+  if (!error.empty()) r.snap.error = error;
+  r.snap.timings.total_ms = Ms(Clock::now() - r.requested);
+  if (outcome && !r.snap.cache_hit) {
+    r.snap.timings.build_ms = outcome->build_ms;
+    r.snap.timings.push_ms = outcome->push_ms;
+  }
+  SetStatus(self, r, st);
+  if (r.log) {
+    if (!r.snap.error.empty()) r.log->Append("kiln: " + r.snap.error + "\n");
+    r.log->Close();
+  }
+  if (st == BuildStatus::kSucceeded) s.latest_success = r.snap.id;
+  if (s.active && *s.active == r.snap.id) s.active.reset();
+  if (s.env->metrics)
+    s.env->metrics->BuildFinished(s.env->domain, s.env->dc->build.mode, StatusWireName(st),
+                                  r.snap.timings.build_ms / 1000.0, r.snap.timings.push_ms / 1000.0,
+                                  r.snap.cache_hit);
+  ToolResult res = ResultOf(r);
+  for (auto& p : r.promises) p.deliver(res);
+  r.promises.clear();
+  r.sinks.clear();
+  SendSummary(self);
+  TrimHistory(self);
+}
+
+std::shared_ptr<BuildOutcome> MakeOutcome(const Record& r, BuildStatus st) {
+  auto o = std::make_shared<BuildOutcome>();
+  o->status = st;
+  o->built_by = r.snap.id;
+  o->commit = r.snap.commit;
+  if (r.log) o->log_tail = r.log->Tail(4096);
+  return o;
+}
+
+// Tells the scheduler that our execution of `r` ended (frees the slot).
+void ReportFinished(Self* self, Record& r, OutcomePtr outcome) {
+  if (!r.owner_running) return;
+  r.owner_running = false;
+  self->send(self->state.scheduler, finished_atom::value, r.key, r.snap.id, std::move(outcome));
+}
+
+void ReleaseLane(Self* self, Record& r) {
+  if (!r.holds_push_lane) return;
+  r.holds_push_lane = false;
+  self->send(self->state.scheduler, release_atom::value, self->state.env->dc->image.registry, r.snap.id);
+}
+
+BuildJob MakeJob(const DomainEnv& env, const std::string& candidate, const Record& r) {
+  BuildJob job;
+  job.build_id = r.snap.id;
+  job.domain = env.domain;
+  job.candidate = candidate;
+  job.source_dir = r.req.source_dir ? *r.req.source_dir : env.CandidateDir(candidate) + "/src";
+  job.storage_dir = env.CandidateDir(candidate) + "/storage";
+  job.cache_dir = env.CacheDir();
+  job.home_dir = env.home_dir;
+  job.build = env.dc->build;
+  job.registry = *env.registry;
+  job.repository = env.dc->image.repository;
+  job.tag = candidate;
+  job.key = r.key;
+  job.commit = r.snap.commit;
+  return job;
+}
+
+void StartPending(Self* self);
+
+OutcomePtr CancelledOutcome() {
+  auto o = std::make_shared<BuildOutcome>();
+  o->status = BuildStatus::kCancelled;
+  return o;
+}
+
+void Execute(Self* self, const BuildId& id) {
+  auto& s = self->state;
+  auto& r = s.records.at(id);
+  r.owner_running = true;
+  r.started = Clock::now();
+  r.snap.timings.queued_ms = Ms(r.started - r.requested);
+  SetStatus(self, r, BuildStatus::kRunning, "building");
+  s.worker_busy = true;
+  auto env = s.env;
+  BuildJob job = MakeJob(*env, s.name, r);
+  auto log = r.log;
+  auto cancel = r.cancel;
+  bool from_git = !r.req.source_dir.has_value();
+  std::string commit = r.snap.commit;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  env->work->Run([env, job, log, cancel, from_git, commit, me] {
+    WorkDone d;
+    d.id = job.build_id;
+    d.phase = "build";
+    auto t0 = Clock::now();
+    if (from_git) {
+      CheckoutStats cs;
+      Status st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
+      if (!st.ok()) {
+        d.status = Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
+        caf::anon_send(me, d);
+        return;
+      }
+      log->Append("kiln: checked out " + commit.substr(0, 12) + " (" +
+                  std::to_string(cs.files_written) + " files written, " +
+                  std::to_string(cs.elapsed_ms) + " ms)\n");
+    }
+    if (cancel->cancelled()) {
+      d.status = Status::Cancelled("build cancelled");
+      caf::anon_send(me, d);
+      return;
+    }
+    BuildResult br = env->builder->Build(job, [&](std::string_view chunk) { log->Append(chunk); }, cancel.get());
+    d.status = br.status;
+    d.compile_failed = br.compile_failed;
+    d.image_id = br.image_id;
+    d.diagnostics = std::move(br.diagnostics);
+    d.elapsed_ms = Ms(Clock::now() - t0);
+    caf::anon_send(me, d);
+  });
+}
+
+void StartPending(Self* self) {
+  auto& s = self->state;
+  while (!s.worker_busy && !s.pending_starts.empty()) {
+    auto [id, key] = s.pending_starts.front();
+    s.pending_starts.pop_front();
+    auto it = s.records.find(id);
+    if (it == s.records.end() || IsFinal(it->second.snap.status)) {
+      // Cancelled while waiting for the workspace: give the slot back.
+      OutcomePtr o = CancelledOutcome();
+      self->send(s.scheduler, finished_atom::value, key, id, o);
+      continue;
+    }
+    Execute(self, id);
+  }
+}
+
+void Cancel(Self* self, Record& r, const std::string& why) {
+  if (IsFinal(r.snap.status)) return;
+  r.cancel->Cancel();
+  self->send(self->state.scheduler, cancel_atom::value, r.snap.id);
+  Finalize(self, r, BuildStatus::kCancelled, nullptr, why);
+}
+
+void OnResolved(Self* self, Record& r, const WorkDone& d) {
+  auto& s = self->state;
+  if (!d.status.ok()) {
+    Finalize(self, r, BuildStatus::kFailed, nullptr, d.status.message());
+    return;
+  }
+  r.snap.commit = d.commit;
+  r.tree = d.tree;
+  r.source_id = d.source_id;
+  r.key = ComputeBuildKey(s.env->domain, d.source_id, *s.env->dc, *s.env->registry, {});
+  r.log->Append("kiln: build " + r.snap.id + " of " +
+                (d.commit.empty() ? std::string("source directory") : "commit " + d.commit) +
+                ", key " + r.key.substr(0, 16) + "\n");
+  SetStatus(self, r, BuildStatus::kQueued);
+  BuildId id = r.snap.id;
+  self->request(s.scheduler, caf::infinite, submit_atom::value,
+                JobRequest{id, s.env->domain, s.name, r.key}, caf::actor_cast<caf::actor>(self))
+      .then([=](const SubmitReply& rep) {
+        auto it = self->state.records.find(id);
+        if (it == self->state.records.end() || IsFinal(it->second.snap.status)) return;
+        Record& rr = it->second;
+        switch (rep.kind) {
+          case SchedulerCore::SubmitKind::kCacheHit:
+            rr.snap.cache_hit = true;
+            rr.snap.timings = {};
+            if (rep.cached) rr.log->Append("kiln: identical build " + rep.cached->built_by +
+                                           " already produced " + rep.cached->image_ref + "\n");
+            Finalize(self, rr, BuildStatus::kSucceeded, rep.cached, "");
+            break;
+          case SchedulerCore::SubmitKind::kJoined:
+            rr.snap.deduplicated = true;
+            rr.log->Append("kiln: identical build " + rep.owner + " is in progress; sharing it\n");
+            Progress(self, rr, "waiting for identical build " + rep.owner);
+            break;
+          default:
+            if (rep.position >= 0) rr.snap.queue_position = rep.position;
+            Progress(self, rr, "queued" + (rep.position >= 0 ? " (position " +
+                                                                   std::to_string(rep.position) + ")"
+                                                             : std::string()));
+            break;
+        }
+      });
+}
+
+void OnBuilt(Self* self, Record& r, const WorkDone& d) {
+  auto& s = self->state;
+  if (IsFinal(r.snap.status)) {  // cancelled/superseded while building
+    ReportFinished(self, r, CancelledOutcome());
+    return;
+  }
+  if (!d.status.ok()) {
+    BuildStatus st = d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled : BuildStatus::kFailed;
+    auto o = MakeOutcome(r, st);
+    o->diagnostics = d.diagnostics;
+    o->error = d.compile_failed ? "build failed: see diagnostics and log_tail" : d.status.message();
+    if (d.compile_failed && !d.diagnostics.empty())
+      o->error = "build failed with " + std::to_string(d.diagnostics.size()) + " diagnostic(s)";
+    o->build_ms = d.elapsed_ms;
+    ReportFinished(self, r, o);
+    Finalize(self, r, st, o, "");
+    return;
+  }
+  r.image_id = d.image_id;
+  r.snap.timings.build_ms = d.elapsed_ms;
+  SetStatus(self, r, BuildStatus::kPushing, "pushing");
+  BuildId id = r.snap.id;
+  int64_t build_ms = d.elapsed_ms;
+  self->request(s.scheduler, caf::infinite, push_atom::value, s.env->dc->image.registry, id)
+      .then([=](granted_atom) {
+        auto it = self->state.records.find(id);
+        if (it == self->state.records.end()) return;
+        Record& rr = it->second;
+        rr.holds_push_lane = true;
+        if (IsFinal(rr.snap.status)) {
+          ReleaseLane(self, rr);
+          ReportFinished(self, rr, CancelledOutcome());
+          return;
+        }
+        self->state.worker_busy = true;
+        auto env = self->state.env;
+        BuildJob job = MakeJob(*env, self->state.name, rr);
+        BuildResult built;
+        built.image_id = rr.image_id;
+        auto log = rr.log;
+        auto cancel = rr.cancel;
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        env->work->Run([env, job, built, log, cancel, me, build_ms] {
+          PushResult pr = env->builder->Push(job, built, [&](std::string_view c) { log->Append(c); }, cancel.get());
+          WorkDone d;
+          d.id = job.build_id;
+          d.phase = "push";
+          d.status = pr.status;
+          d.digest = pr.digest;
+          d.ref = pr.ref;
+          d.elapsed_ms = pr.elapsed_ms;
+          caf::anon_send(me, d);
+        });
+      });
+}
+
+void OnPushed(Self* self, Record& r, const WorkDone& d) {
+  ReleaseLane(self, r);
+  if (IsFinal(r.snap.status)) {
+    ReportFinished(self, r, CancelledOutcome());
+    return;
+  }
+  r.snap.timings.push_ms = d.elapsed_ms;
+  bool ok = d.status.ok();
+  BuildStatus st = ok ? BuildStatus::kSucceeded
+                      : (d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled
+                                                                      : BuildStatus::kFailed);
+  auto o = MakeOutcome(r, st);
+  o->build_ms = r.snap.timings.build_ms;
+  o->push_ms = d.elapsed_ms;
+  if (ok) {
+    o->digest = d.digest;
+    o->image_ref = d.ref;
+    r.log->Append("kiln: pushed " + d.ref + "\n");
+  } else {
+    o->error = d.status.message();
+  }
+  ReportFinished(self, r, o);
+  Finalize(self, r, st, o, "");
+}
+
+void StartResolve(Self* self, Record& r) {
+  auto env = self->state.env;
+  BuildRequest req = r.req;
+  std::string candidate = self->state.name;
+  BuildId id = r.snap.id;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  env->work->Run([env, req, candidate, id, me] {
+    WorkDone d;
+    d.id = id;
+    d.phase = "resolve";
+    if (req.source_dir) {
+      std::string hex;
+      d.status = SourceTree::HashDirectory(*req.source_dir, &hex);
+      d.source_id = "dir:" + hex;
+    } else if (!env->repo) {
+      d.status = Status::FailedPrecondition("domain has no repository");
+    } else {
+      ResolvedSource rs;
+      d.status = env->repo->Resolve(req.ref, req.commit, candidate, &rs);
+      d.commit = rs.commit;
+      d.tree = rs.tree;
+      d.source_id = "git-tree:" + rs.tree;
+    }
+    caf::anon_send(me, d);
+  });
+}
+
+nlohmann::json StatusJson(Self* self, int64_t position) {
+  auto& s = self->state;
+  nlohmann::json j;
+  j["candidate"] = s.name;
+  const Record* latest = s.history.empty() ? nullptr : &s.records.at(s.history.back());
+  j["state"] = latest ? PhaseName(latest->snap.status) : "idle";
+  j["latest_build"] = latest ? ResultOf(*latest).structured : nlohmann::json(nullptr);
+  if (s.latest_success && s.records.count(*s.latest_success))
+    j["latest_successful_build"] = ResultOf(s.records.at(*s.latest_success)).structured;
+  else
+    j["latest_successful_build"] = nullptr;
+  j["deployed_build"] = nullptr;
+  j["queue_position"] = position >= 0 ? nlohmann::json(position) : nlohmann::json(nullptr);
+  return j;
+}
+
+caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env, std::string name,
+                                caf::actor scheduler, caf::actor domain) {
+  self->attach_functor([](const caf::error& reason) {
+    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
+      spdlog::warn("candidate actor exited: {}", caf::to_string(reason));
+  });
+  self->set_default_handler(caf::drop);
+  self->set_error_handler([](caf::scheduled_actor*, caf::error& err) {
+    spdlog::warn("candidate actor: unhandled error {}", caf::to_string(err));
+  });
+  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+    try {
+      std::rethrow_exception(eptr);
+    } catch (const std::exception& e) {
+      spdlog::error("candidate actor failed: {}", e.what());
+    }
+    return caf::make_error(caf::sec::runtime_error);
+  });
+  auto& s = self->state;
+  s.env = std::move(env);
+  s.name = std::move(name);
+  s.scheduler = std::move(scheduler);
+  s.domain = std::move(domain);
+  return {
+      [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
+        auto& s = self->state;
+        if (s.active) {
+          auto it = s.records.find(*s.active);
+          if (it != s.records.end()) Cancel(self, it->second, "superseded by a newer build request");
+        }
+        BuildId id = NewBuildId();
+        while (s.records.count(id)) id = NewBuildId();
+        Record& r = s.records[id];
+        r.snap.id = id;
+        r.snap.candidate = s.name;
+        r.req = req;
+        r.log = std::make_shared<LogBuffer>(s.env->log_max_bytes);
+        if (sink) {
+          r.sinks.push_back(sink);
+          self->send(sink, started_atom::value, id);
+        }
+        s.history.push_back(id);
+        s.active = id;
+        SetStatus(self, r, BuildStatus::kResolving, "resolving source");
+        StartResolve(self, r);
+        SendSummary(self);
+        if (!req.wait) return ResultOf(r);
+        r.promises.push_back(self->make_response_promise());
+        return r.promises.back();
+      },
+      [=](const WorkDone& d) {
+        auto& s = self->state;
+        spdlog::debug("candidate {}: work {} done for {}: {}", s.name, d.phase, d.id, d.status.ToString());
+        if (d.phase != "resolve") s.worker_busy = false;
+        auto it = s.records.find(d.id);
+        if (it != s.records.end()) {
+          if (d.phase == "resolve") {
+            if (!IsFinal(it->second.snap.status)) OnResolved(self, it->second, d);
+          } else if (d.phase == "build") {
+            OnBuilt(self, it->second, d);
+          } else {
+            OnPushed(self, it->second, d);
+          }
+        }
+        StartPending(self);
+      },
+      [=](start_atom, const BuildId& id, const std::string& key) {
+        auto& s = self->state;
+        spdlog::debug("candidate {}: start {} (worker busy: {})", s.name, id, s.worker_busy);
+        s.pending_starts.emplace_back(id, key);
+        StartPending(self);
+      },
+      [=](waited_atom, const BuildId& id, const OutcomePtr& outcome) {
+        auto it = self->state.records.find(id);
+        if (it == self->state.records.end()) return;
+        Record& r = it->second;
+        BuildStatus st = outcome ? outcome->status : BuildStatus::kFailed;
+        if (outcome) r.snap.commit = r.snap.commit.empty() ? outcome->commit : r.snap.commit;
+        Finalize(self, r, st, outcome, "");
+      },
+      [=](status_atom) -> caf::result<ToolResult> {
+        auto& s = self->state;
+        if (!s.active) return ToolResult{StatusJson(self, -1), false};
+        auto rp = self->make_response_promise();
+        self->request(s.scheduler, std::chrono::seconds(5), position_atom::value, *s.active)
+            .then([=](int64_t pos) mutable { rp.deliver(ToolResult{StatusJson(self, pos), false}); },
+                  [=](caf::error&) mutable { rp.deliver(ToolResult{StatusJson(self, -1), false}); });
+        return rp;
+      },
+      [=](log_atom, const BuildId& id, uint64_t offset, uint64_t limit) -> ToolResult {
+        auto it = self->state.records.find(id);
+        if (it == self->state.records.end() || !it->second.log)
+          return {ErrorJson("build '" + id + "' not found"), true};
+        auto c = it->second.log->Read(offset, limit);
+        return {{{"build_id", id},
+                 {"text", c.text},
+                 {"offset", c.offset},
+                 {"next_offset", c.next_offset},
+                 {"complete", c.complete},
+                 {"dropped_bytes", c.dropped}},
+                false};
+      },
+      [=](cancel_atom, const BuildId& id) -> ToolResult {
+        auto it = self->state.records.find(id);
+        if (it == self->state.records.end()) return {ErrorJson("build '" + id + "' not found"), true};
+        Record& r = it->second;
+        bool was_final = IsFinal(r.snap.status);
+        Cancel(self, r, "cancelled by request");
+        nlohmann::json j = {{"build_id", id}, {"status", StatusWireName(r.snap.status)}};
+        if (was_final) j["note"] = "build had already finished";
+        return {j, false};
+      },
+      [=](shutdown_atom) {
+        for (auto& [id, r] : self->state.records)
+          if (!IsFinal(r.snap.status)) Cancel(self, r, "kiln is shutting down");
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor SpawnCandidate(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
+                          std::string candidate, caf::actor scheduler, caf::actor domain) {
+  std::error_code ec;
+  std::filesystem::create_directories(env->CandidateDir(candidate), ec);
+  return sys.spawn(CandidateBehavior, std::move(env), std::move(candidate), std::move(scheduler),
+                   std::move(domain));
+}
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+// DomainEnv: what a domain's actors share — its config, directories, repository, builder and
+// the blocking-work runner. Created once per domain before the actors start; immutable after
+// that (the pointed-to services are themselves thread-safe). Owned by shared_ptr.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "actors/blocking_work.h"
+#include "builder/builder.h"
+#include "config/config.h"
+#include "workspace/git_repo.h"
+
+namespace kiln {
+
+class BuildMetrics;
+
+struct DomainEnv {
+  std::shared_ptr<const Config> config;
+  std::string domain;
+  const DomainConfig* dc = nullptr;        // points into *config
+  const RegistryConfig* registry = nullptr;  // points into *config
+  std::string domain_dir;                  // <state_dir>/domains/<domain>
+  std::string home_dir;                    // HOME for tools (no credentials)
+  std::shared_ptr<GitRepo> repo;           // null in `kiln build --source` mode
+  std::shared_ptr<Builder> builder;
+  std::shared_ptr<BlockingWork> work;
+  std::shared_ptr<BuildMetrics> metrics;   // may be null
+  size_t log_max_bytes = 4 << 20;
+  size_t max_candidates = 256;
+  size_t history_per_candidate = 50;
+
+  std::string CandidateDir(const std::string& c) const { return domain_dir + "/candidates/" + c; }
+  std::string CacheDir() const { return domain_dir + "/cache"; }
+};
+
+}  // namespace kiln

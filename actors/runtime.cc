@@ -1,0 +1,276 @@
+#include "actors/runtime.h"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "actors/blocking_work.h"
+#include "actors/build_metrics.h"
+#include "actors/domain_actor.h"
+#include "actors/domain_env.h"
+#include "actors/protocol.h"
+#include "actors/scheduler_actor.h"
+#include "actors/tool_views.h"
+#include "builder/buildah_builder.h"
+#include "builder/process_runner.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SystemConfig : caf::actor_system_config {
+  explicit SystemConfig(size_t threads) {
+    set("scheduler.max-threads", threads);
+    set("logger.verbosity", caf::atom("quiet"));
+  }
+};
+
+}  // namespace
+
+struct Runtime::Impl {
+  std::shared_ptr<const Config> config;
+  std::unique_ptr<ProcessRunner> runner;
+  std::shared_ptr<Builder> builder;
+  std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
+  std::shared_ptr<BuildMetrics> metrics = std::make_shared<BuildMetrics>();
+  std::unique_ptr<SystemConfig> sys_cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor scheduler;
+  std::map<std::string, caf::actor> domains;
+
+  std::mutex mu;
+  uint64_t next_handle = 1;
+  std::unordered_map<uint64_t, caf::actor> calls;  // handle -> bridge actor
+
+  // Readiness, refreshed in the background.
+  std::mutex ready_mu;
+  nlohmann::json readiness = nlohmann::json::object();
+  std::atomic<bool> stop{false};
+  std::thread ready_thread;
+
+  void RefreshReadiness();
+};
+
+void Runtime::Impl::RefreshReadiness() {
+  nlohmann::json checks = nlohmann::json::object();
+  Status b = builder->Check();
+  checks["builder"] = {{"ok", b.ok()}, {"detail", b.ok() ? "buildah works" : b.message()}};
+  for (const auto& [name, reg] : config->registries) {
+    ProcessSpec spec;
+    spec.argv = {"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3"};
+    if (reg.ca_file) spec.argv.insert(spec.argv.end(), {"--cacert", *reg.ca_file});
+    spec.argv.push_back(reg.url + "/v2/");
+    spec.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"}};
+    spec.timeout = std::chrono::seconds(5);
+    ProcessResult r = runner->Run(spec, nullptr, nullptr);
+    std::string code = r.output;
+    bool ok = r.exit_code == 0 && (code == "200" || code == "401");
+    checks["registry:" + name] = {{"ok", ok},
+                                  {"detail", ok ? "answers (HTTP " + code + ")"
+                                                : "unreachable (curl exit " + std::to_string(r.exit_code) + ")"}};
+  }
+  std::lock_guard<std::mutex> l(ready_mu);
+  readiness = checks;
+}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Runtime::~Runtime() {
+  impl_->stop = true;
+  if (impl_->ready_thread.joinable()) impl_->ready_thread.join();
+}
+
+Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts,
+                       std::unique_ptr<Runtime>* out) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->runner = MakePosixProcessRunner();
+  impl->builder = opts.builder ? opts.builder : std::make_shared<BuildahBuilder>(impl->runner.get());
+  std::error_code ec;
+  std::string state = fs::absolute(config->server.state_dir).string();
+  std::string home = state + "/home";
+  fs::create_directories(home, ec);
+  if (ec) return Status::FailedPrecondition("cannot create state directory " + state + ": " + ec.message());
+  fs::permissions(state, fs::perms::owner_all, fs::perm_options::replace, ec);
+
+  impl->sys_cfg = std::make_unique<SystemConfig>(opts.worker_threads);
+  impl->sys = std::make_unique<caf::actor_system>(*impl->sys_cfg);
+  std::map<std::string, int> weights;
+  for (const auto& [name, d] : config->domains) weights[name] = d.weight;
+  impl->scheduler = SpawnScheduler(*impl->sys, config->scheduler.max_parallel_builds, weights, impl->metrics);
+
+  for (const auto& [name, d] : config->domains) {
+    auto env = std::make_shared<DomainEnv>();
+    env->config = config;
+    env->domain = name;
+    env->dc = &d;
+    auto reg = config->registries.find(d.image.registry);
+    if (reg == config->registries.end())
+      return Status::InvalidArgument("domain " + name + ": unknown registry " + d.image.registry);
+    env->registry = &reg->second;
+    env->domain_dir = state + "/domains/" + name;
+    env->home_dir = home;
+    env->builder = impl->builder;
+    env->work = impl->work;
+    env->metrics = impl->metrics;
+    env->log_max_bytes = config->scheduler.build_log_max_bytes;
+    fs::create_directories(env->domain_dir + "/cache", ec);
+    fs::create_directories(env->domain_dir + "/candidates", ec);
+    if (ec) return Status::FailedPrecondition("cannot create " + env->domain_dir + ": " + ec.message());
+    if (opts.open_repositories) {
+      std::unique_ptr<GitRepo> repo;
+      Status st = GitRepo::Open(env->domain_dir + "/repo.git", &repo);
+      if (!st.ok()) return Status::FailedPrecondition("domain " + name + ": " + st.message());
+      env->repo = std::move(repo);
+    }
+    impl->domains[name] = SpawnDomain(*impl->sys, env, impl->scheduler);
+  }
+  Impl* raw = impl.get();
+  impl->RefreshReadiness();
+  impl->ready_thread = std::thread([raw] {
+    int ticks = 0;
+    while (!raw->stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (++ticks % 50 == 0) raw->RefreshReadiness();  // every 10 s
+    }
+  });
+  out->reset(new Runtime(std::move(impl)));
+  return Status::Ok();
+}
+
+uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
+  Impl* impl = impl_.get();
+  auto dom = impl->domains.find(call.domain);
+  if (dom == impl->domains.end()) {
+    done({ErrorJson("unknown domain"), true});
+    return 0;
+  }
+  uint64_t handle;
+  {
+    std::lock_guard<std::mutex> l(impl->mu);
+    handle = impl->next_handle++;
+  }
+  caf::actor domain = dom->second;
+  auto bridge = impl->sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    auto build_id = std::make_shared<std::string>();
+    auto cancel_pending = std::make_shared<bool>(false);
+    auto finish = [=](ToolResult r) {
+      {
+        std::lock_guard<std::mutex> l(impl->mu);
+        impl->calls.erase(handle);
+      }
+      done(std::move(r));
+      self->quit();
+    };
+    auto send_cancel = [=] {
+      ToolCall c{call.domain, "cancel_build", {{"build_id", *build_id}}};
+      caf::anon_send(domain, tool_atom::value, c, caf::actor{});
+    };
+    self->request(domain, caf::infinite, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
+        .then([=](ToolResult& r) { finish(std::move(r)); },
+              [=](caf::error& e) { finish({ErrorJson("internal error: " + caf::to_string(e)), true}); });
+    return {
+        [=](progress_atom, ToolProgress& p) {
+          if (progress) progress(p);
+        },
+        [=](started_atom, const BuildId& id) {
+          *build_id = id;
+          if (*cancel_pending) send_cancel();
+        },
+        [=](cancel_atom) {
+          if (build_id->empty())
+            *cancel_pending = true;
+          else
+            send_cancel();
+        },
+    };
+  });
+  {
+    std::lock_guard<std::mutex> l(impl->mu);
+    impl->calls[handle] = bridge;
+  }
+  return handle;
+}
+
+void Runtime::Cancel(uint64_t handle) {
+  caf::actor a;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    auto it = impl_->calls.find(handle);
+    if (it == impl_->calls.end()) return;
+    a = it->second;
+  }
+  caf::anon_send(a, cancel_atom::value);
+}
+
+nlohmann::json Runtime::Readiness() {
+  std::lock_guard<std::mutex> l(impl_->ready_mu);
+  return impl_->readiness;
+}
+
+std::string Runtime::MetricsText() { return impl_->metrics->Render(); }
+
+ToolResult Runtime::BuildAndWait(const std::string& domain, const BuildRequest& req) {
+  auto dom = impl_->domains.find(domain);
+  if (dom == impl_->domains.end()) return {ErrorJson("unknown domain '" + domain + "'"), true};
+  caf::scoped_actor self{*impl_->sys};
+  ToolResult out{ErrorJson("no result"), true};
+  self->request(dom->second, caf::infinite, build_atom::value, req, caf::actor{})
+      .receive([&](ToolResult& r) { out = std::move(r); },
+               [&](caf::error& e) { out = {ErrorJson("internal error: " + caf::to_string(e)), true}; });
+  return out;
+}
+
+void Runtime::CancelAll() {
+  for (auto& [n, d] : impl_->domains) caf::anon_send(d, shutdown_atom::value);
+}
+
+void Runtime::Shutdown(std::chrono::milliseconds grace) {
+  Impl* impl = impl_.get();
+  if (!impl->sys) return;
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  SchedulerStats st;
+  {
+    caf::scoped_actor self{*impl->sys};
+    while (true) {
+      self->request(impl->scheduler, std::chrono::seconds(5), stats_atom::value)
+          .receive([&](SchedulerStats& s) { st = s; }, [&](caf::error&) {});
+      if (st.running + st.queued == 0 || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  if (st.running + st.queued > 0) {
+    spdlog::warn("shutdown: grace period over; cancelling {} running and {} queued build(s)",
+                 st.running, st.queued);
+  } else {
+    spdlog::info("shutdown: no builds running");
+  }
+  for (auto& [n, d] : impl->domains) caf::anon_send(d, shutdown_atom::value);
+  if (!impl->work->Wait(std::chrono::seconds(10)))
+    spdlog::error("shutdown: builder processes still running after 10 s");
+  impl->stop = true;
+  if (impl->ready_thread.joinable()) impl->ready_thread.join();
+  for (auto& [n, d] : impl->domains) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(impl->scheduler, caf::exit_reason::user_shutdown);
+  impl->domains.clear();
+  impl->scheduler = nullptr;
+  {
+    std::lock_guard<std::mutex> l(impl->mu);
+    impl->calls.clear();
+  }
+  impl->sys.reset();
+}
+
+}  // namespace kiln

@@ -1,0 +1,57 @@
+// Runtime: kiln's core assembled — the CAF actor system, the scheduler actor, one domain actor
+// per configured domain, the builder and the blocking-work threads — exposed to the transport
+// as a ToolBackend and to the CLI as blocking calls.
+//
+// Thread-safety: all public methods may be called from any thread. Create, then use, then
+// Shutdown before destruction.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "actors/build_types.h"
+#include "builder/builder.h"
+#include "common/status.h"
+#include "config/config.h"
+#include "transport/tool_backend.h"
+
+namespace kiln {
+
+struct RuntimeOptions {
+  size_t worker_threads = 2;                 // scheduler.max-threads of the actor system
+  std::shared_ptr<Builder> builder;          // null: BuildahBuilder with the real buildah
+  bool open_repositories = true;             // false for `kiln build --source` (no git)
+};
+
+class Runtime : public ToolBackend {
+ public:
+  /// Creates state directories and domain repositories, starts the actors. Returns the first
+  /// error (state_dir not writable, repository creation failed).
+  static Status Create(std::shared_ptr<const Config> config, RuntimeOptions opts,
+                       std::unique_ptr<Runtime>* out);
+  ~Runtime() override;
+
+  // ToolBackend
+  uint64_t Call(ToolCall call, ProgressFn progress, DoneFn done) override;
+  void Cancel(uint64_t handle) override;
+  nlohmann::json Readiness() override;
+  std::string MetricsText() override;
+
+  /// Runs one build through the scheduler and waits for its result (the CLI's `kiln build`).
+  ToolResult BuildAndWait(const std::string& domain, const BuildRequest& req);
+
+  /// Cancels every queued and running build (their callers get `cancelled`). Non-blocking.
+  void CancelAll();
+
+  /// Graceful stop: waits up to `grace` for running and queued builds to finish, then cancels
+  /// what is left (logging which), and waits for every builder process to be gone.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  struct Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,162 @@
+#include "actors/scheduler_actor.h"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "actors/build_metrics.h"
+#include "actors/protocol.h"
+#include "actors/push_lanes.h"
+
+namespace kiln {
+namespace {
+
+struct SchedulerState {
+  std::unique_ptr<SchedulerCore> core;
+  PushLanes lanes;
+  std::unordered_map<BuildId, caf::actor> owners;  // build id -> its candidate actor
+  std::unordered_map<BuildId, caf::response_promise> lane_waiters;
+  std::map<std::string, std::string> build_domain;
+  std::shared_ptr<BuildMetrics> metrics;
+  std::map<std::string, int> weights;
+  uint64_t cache_hits = 0;
+  uint64_t deduplicated = 0;
+  static inline const char* name = "kiln.scheduler";
+};
+using Self = caf::stateful_actor<SchedulerState>;
+
+void UpdateGauges(Self* self) {
+  auto& s = self->state;
+  if (!s.metrics) return;
+  for (const auto& [d, w] : s.weights) s.metrics->SetQueueDepth(d, s.core->QueueDepth(d));
+  s.metrics->SetRunning(s.core->running());
+}
+
+void Dispatch(Self* self) {
+  auto& s = self->state;
+  for (const auto& order : s.core->Dispatch()) {
+    auto it = s.owners.find(order.owner);
+    if (it == s.owners.end()) {
+      spdlog::error("scheduler: no actor for build {}", order.owner);
+      continue;
+    }
+    self->send(it->second, start_atom::value, order.owner, order.key);
+  }
+  UpdateGauges(self);
+}
+
+caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::string, int> weights,
+                                std::shared_ptr<BuildMetrics> metrics) {
+  self->attach_functor([](const caf::error& reason) {
+    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
+      spdlog::warn("scheduler actor exited: {}", caf::to_string(reason));
+  });
+  self->set_default_handler(caf::drop);
+  self->set_error_handler([](caf::scheduled_actor*, caf::error& err) {
+    spdlog::warn("scheduler actor: unhandled error {}", caf::to_string(err));
+  });
+  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+    try {
+      std::rethrow_exception(eptr);
+    } catch (const std::exception& e) {
+      spdlog::error("scheduler actor failed: {}", e.what());
+    }
+    return caf::make_error(caf::sec::runtime_error);
+  });
+  auto& s = self->state;
+  s.core = std::make_unique<SchedulerCore>(max_parallel);
+  for (const auto& [d, w] : weights) s.core->SetWeight(d, w);
+  s.weights = std::move(weights);
+  s.metrics = std::move(metrics);
+  return {
+      [=](submit_atom, const JobRequest& req, caf::actor& cand) -> SubmitReply {
+        auto& s = self->state;
+        auto d = s.core->Submit(req);
+        SubmitReply rep;
+        rep.kind = d.kind;
+        rep.cached = d.cached;
+        rep.owner = d.owner;
+        if (d.kind == SchedulerCore::SubmitKind::kCacheHit) {
+          s.cache_hits++;
+          return rep;
+        }
+        if (d.kind == SchedulerCore::SubmitKind::kDuplicateId) return rep;
+        if (d.kind == SchedulerCore::SubmitKind::kJoined) s.deduplicated++;
+        s.owners[req.id] = cand;
+        Dispatch(self);
+        auto pos = s.core->Position(req.id);
+        rep.position = pos ? static_cast<int64_t>(*pos) : -1;
+        return rep;
+      },
+      [=](finished_atom, const std::string& key, const BuildId& id, const OutcomePtr& outcome) {
+        auto& s = self->state;
+        auto d = s.core->Finish(key, id, outcome);
+        spdlog::debug("scheduler: finished {} key {} -> notify {} requeued {} running {}", id,
+                      key.substr(0, 12), d.notify.size(), d.requeued, s.core->running());
+        for (const auto& n : d.notify) {
+          auto it = s.owners.find(n);
+          if (it == s.owners.end()) continue;
+          if (n != id) self->send(it->second, waited_atom::value, n, outcome);
+          s.owners.erase(it);
+        }
+        Dispatch(self);
+      },
+      [=](cancel_atom, const BuildId& id) {
+        auto& s = self->state;
+        auto d = s.core->Cancel(id);
+        if (d.kind == SchedulerCore::CancelKind::kRemovedQueued ||
+            d.kind == SchedulerCore::CancelKind::kRemovedWaiter ||
+            d.kind == SchedulerCore::CancelKind::kTransferred)
+          s.owners.erase(id);
+        UpdateGauges(self);
+      },
+      [=](push_atom, const std::string& registry, const BuildId& id) -> caf::result<granted_atom> {
+        auto& s = self->state;
+        if (s.lanes.Acquire(registry, id)) return granted_atom::value;
+        auto rp = self->make_response_promise();
+        s.lane_waiters[id] = rp;
+        return rp;
+      },
+      [=](release_atom, const std::string& registry, const BuildId& id) {
+        auto& s = self->state;
+        s.lane_waiters.erase(id);
+        auto next = s.lanes.Release(registry, id);
+        if (next) {
+          auto it = s.lane_waiters.find(*next);
+          if (it != s.lane_waiters.end()) {
+            it->second.deliver(granted_atom::value);
+            s.lane_waiters.erase(it);
+          }
+        }
+      },
+      [=](position_atom, const BuildId& id) -> int64_t {
+        auto pos = self->state.core->Position(id);
+        return pos ? static_cast<int64_t>(*pos) : -1;
+      },
+      [=](stats_atom) -> SchedulerStats {
+        auto& s = self->state;
+        SchedulerStats st;
+        st.running = s.core->running();
+        st.queued = s.core->queued();
+        st.cache_entries = s.core->cache_size();
+        st.cache_hits = s.cache_hits;
+        st.deduplicated = s.deduplicated;
+        for (const auto& [d, w] : s.weights) st.queue_depth[d] = s.core->QueueDepth(d);
+        return st;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
+                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics) {
+  return sys.spawn(SchedulerBehavior, max_parallel, std::move(weights), std::move(metrics));
+}
+
+}  // namespace kiln

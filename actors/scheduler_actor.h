@@ -1,0 +1,19 @@
+// The scheduler actor: one per process. Glue around SchedulerCore (slots, fair admission,
+// dedup, cache) and PushLanes (one push at a time per registry). Protocol: actors/protocol.h.
+#pragma once
+
+#include <caf/fwd.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace kiln {
+
+class BuildMetrics;
+
+/// `weights`: domain -> weight. `metrics` may be null.
+caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
+                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics);
+
+}  // namespace kiln

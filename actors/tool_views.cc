@@ -1,0 +1,153 @@
+#include "actors/tool_views.h"
+
+#include "common/names.h"
+
+namespace kiln {
+namespace {
+
+Status RequireObject(const nlohmann::json& args) {
+  if (!args.is_object()) return Status::InvalidArgument("arguments must be a JSON object");
+  return Status::Ok();
+}
+
+Status CheckKnownKeys(const nlohmann::json& args, std::initializer_list<const char*> known) {
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (!ok) {
+      std::string key = it.key().substr(0, 64);
+      return Status::InvalidArgument("unknown argument '" + key + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status GetString(const nlohmann::json& args, const char* name, bool required,
+                 std::optional<std::string>* out) {
+  auto it = args.find(name);
+  if (it == args.end() || it->is_null()) {
+    if (required) return Status::InvalidArgument(std::string("missing required argument '") + name + "'");
+    return Status::Ok();
+  }
+  if (!it->is_string()) return Status::InvalidArgument(std::string("argument '") + name + "' must be a string");
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsValidBuildId(const std::string& id) {
+  if (id.size() != 18 || id.rfind("b-", 0) != 0) return false;
+  for (size_t i = 2; i < id.size(); ++i) {
+    char c = id[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Status ParseBuildArgs(const nlohmann::json& args, BuildRequest* out) {
+  Status s = RequireObject(args);
+  if (!s.ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"candidate", "ref", "commit", "wait"})).ok()) return s;
+  std::optional<std::string> cand, ref, commit;
+  if (!(s = GetString(args, "candidate", true, &cand)).ok()) return s;
+  if (!(s = ValidateName(*cand, "candidate")).ok()) return s;
+  if (!(s = GetString(args, "ref", false, &ref)).ok()) return s;
+  if (ref && !(s = ValidateRef(*ref)).ok()) return s;
+  if (!(s = GetString(args, "commit", false, &commit)).ok()) return s;
+  if (commit && !(s = ValidateCommit(*commit)).ok()) return s;
+  bool wait = true;
+  auto w = args.find("wait");
+  if (w != args.end() && !w->is_null()) {
+    if (!w->is_boolean()) return Status::InvalidArgument("argument 'wait' must be a boolean");
+    wait = w->get<bool>();
+  }
+  out->candidate = *cand;
+  out->ref = ref;
+  out->commit = commit;
+  out->wait = wait;
+  out->source_dir.reset();
+  return Status::Ok();
+}
+
+Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate) {
+  Status s = RequireObject(args);
+  if (!s.ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"candidate"})).ok()) return s;
+  std::optional<std::string> c;
+  if (!(s = GetString(args, "candidate", true, &c)).ok()) return s;
+  if (!(s = ValidateName(*c, "candidate")).ok()) return s;
+  *candidate = *c;
+  return Status::Ok();
+}
+
+Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id) {
+  Status s = RequireObject(args);
+  if (!s.ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"build_id"})).ok()) return s;
+  std::optional<std::string> id;
+  if (!(s = GetString(args, "build_id", true, &id)).ok()) return s;
+  if (!IsValidBuildId(*id)) return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
+  *build_id = *id;
+  return Status::Ok();
+}
+
+Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
+                    size_t* limit) {
+  Status s = RequireObject(args);
+  if (!s.ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"build_id", "offset", "limit"})).ok()) return s;
+  std::optional<std::string> id;
+  if (!(s = GetString(args, "build_id", true, &id)).ok()) return s;
+  if (!IsValidBuildId(*id)) return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
+  *build_id = *id;
+  *offset = 0;
+  *limit = 64 * 1024;
+  auto o = args.find("offset");
+  if (o != args.end() && !o->is_null()) {
+    if (!o->is_number_integer() || o->get<int64_t>() < 0)
+      return Status::InvalidArgument("argument 'offset' must be an integer >= 0");
+    *offset = static_cast<size_t>(o->get<int64_t>());
+  }
+  auto l = args.find("limit");
+  if (l != args.end() && !l->is_null()) {
+    if (!l->is_number_integer() || l->get<int64_t>() < 1 || l->get<int64_t>() > (1 << 20))
+      return Status::InvalidArgument("argument 'limit' must be an integer from 1 to 1048576");
+    *limit = static_cast<size_t>(l->get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+nlohmann::json BuildJson(const BuildSnapshot& b) {
+  nlohmann::json j;
+  j["build_id"] = b.id;
+  j["candidate"] = b.candidate;
+  j["commit"] = b.commit.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.commit);
+  j["status"] = StatusWireName(b.status);
+  j["phase"] = PhaseName(b.status);
+  j["cache_hit"] = b.cache_hit;
+  j["deduplicated"] = b.deduplicated;
+  nlohmann::json diags = nlohmann::json::array();
+  nlohmann::json image = nullptr;
+  std::string error = b.error;
+  if (b.outcome) {
+    for (const auto& d : b.outcome->diagnostics) diags.push_back(ToJson(d));
+    if (b.status == BuildStatus::kSucceeded && !b.outcome->digest.empty())
+      image = {{"ref", b.outcome->image_ref}, {"digest", b.outcome->digest}};
+    if (error.empty()) error = b.outcome->error;
+  }
+  j["image"] = image;
+  j["diagnostics"] = diags;
+  j["log_tail"] = b.log_tail;
+  if (!error.empty()) j["error"] = error;
+  if (b.queue_position) j["queue_position"] = *b.queue_position;
+  j["timings"] = {{"queued_ms", b.timings.queued_ms},
+                  {"build_ms", b.timings.build_ms},
+                  {"push_ms", b.timings.push_ms},
+                  {"total_ms", b.timings.total_ms}};
+  return j;
+}
+
+nlohmann::json ErrorJson(const std::string& message) { return {{"error", message}}; }
+
+}  // namespace kiln

@@ -1,0 +1,47 @@
+// Tool argument parsing and result rendering: pure functions between the MCP tools' JSON and
+// kiln's plain types. Every agent-supplied value is validated here, with a clear message.
+// Thread-safe (no state).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/build_types.h"
+#include "common/status.h"
+
+namespace kiln {
+
+/// A point-in-time view of one build, rendered as the build_candidate result.
+struct BuildSnapshot {
+  BuildId id;
+  std::string candidate;
+  std::string commit;
+  BuildStatus status = BuildStatus::kQueued;
+  bool cache_hit = false;
+  bool deduplicated = false;
+  OutcomePtr outcome;          // set when final (except for early failures)
+  std::string error;           // failure reason when no outcome carries it
+  std::string log_tail;
+  std::optional<int64_t> queue_position;
+  BuildTimings timings;
+};
+
+/// build_candidate arguments: candidate (required), ref?, commit?, wait? (bool).
+/// Returns InvalidArgument naming the offending field.
+Status ParseBuildArgs(const nlohmann::json& args, BuildRequest* out);
+/// candidate_status arguments: candidate.
+Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate);
+/// build_log / cancel_build: build_id (and offset >= 0, 1 <= limit <= 1 MiB, default 64 KiB).
+Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id);
+Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
+                    size_t* limit);
+/// Build ids look like "b-" + 16 lowercase hex.
+bool IsValidBuildId(const std::string& id);
+
+nlohmann::json BuildJson(const BuildSnapshot& b);
+/// A tool-level error result body: {"error": message}.
+nlohmann::json ErrorJson(const std::string& message);
+
+}  // namespace kiln

@@ -1,0 +1,89 @@
+#include "actors/tool_views.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(ToolViews, ParseBuildArgs) {
+  BuildRequest r;
+  ASSERT_TRUE(ParseBuildArgs({{"candidate", "c1"}}, &r).ok());
+  EXPECT_EQ(r.candidate, "c1");
+  EXPECT_TRUE(r.wait);
+  ASSERT_TRUE(ParseBuildArgs({{"candidate", "c1"}, {"ref", "feature/x"}, {"wait", false}}, &r).ok());
+  EXPECT_EQ(*r.ref, "feature/x");
+  EXPECT_FALSE(r.wait);
+  ASSERT_TRUE(ParseBuildArgs({{"candidate", "c1"}, {"commit", "abcdef1"}}, &r).ok());
+  EXPECT_EQ(*r.commit, "abcdef1");
+}
+
+TEST(ToolViews, RejectsBadBuildArgsWithClearMessages) {
+  BuildRequest r;
+  auto msg = [&](const json& j) { return ParseBuildArgs(j, &r).message(); };
+  EXPECT_NE(msg(json::object()).find("candidate"), std::string::npos);
+  EXPECT_NE(msg({{"candidate", 5}}).find("must be a string"), std::string::npos);
+  EXPECT_NE(msg({{"candidate", "../x"}}).find("candidate name"), std::string::npos);
+  EXPECT_NE(msg({{"candidate", "c"}, {"ref", "--upload-pack=x"}}).find("ref"), std::string::npos);
+  EXPECT_NE(msg({{"candidate", "c"}, {"commit", "xyz"}}).find("commit"), std::string::npos);
+  EXPECT_NE(msg({{"candidate", "c"}, {"wait", "yes"}}).find("wait"), std::string::npos);
+  EXPECT_NE(msg({{"candidate", "c"}, {"source_dir", "/etc"}}).find("unknown argument"), std::string::npos);
+  EXPECT_FALSE(ParseBuildArgs(json::array(), &r).ok());
+  EXPECT_FALSE(ParseBuildArgs({{"candidate", std::string(100, 'a')}}, &r).ok());
+}
+
+TEST(ToolViews, SourceDirCannotBeSmuggledIn) {
+  BuildRequest r;
+  r.source_dir = "/etc";
+  ASSERT_TRUE(ParseBuildArgs({{"candidate", "c1"}}, &r).ok());
+  EXPECT_FALSE(r.source_dir.has_value());
+}
+
+TEST(ToolViews, LogArgs) {
+  std::string id;
+  size_t off, lim;
+  ASSERT_TRUE(ParseLogArgs({{"build_id", "b-0123456789abcdef"}}, &id, &off, &lim).ok());
+  EXPECT_EQ(off, 0u);
+  EXPECT_EQ(lim, 65536u);
+  EXPECT_FALSE(ParseLogArgs({{"build_id", "b-0123456789abcdef"}, {"offset", -1}}, &id, &off, &lim).ok());
+  EXPECT_FALSE(ParseLogArgs({{"build_id", "b-0123456789abcdef"}, {"limit", 0}}, &id, &off, &lim).ok());
+  EXPECT_FALSE(ParseLogArgs({{"build_id", "b-0123456789abcdef"}, {"limit", 1.5}}, &id, &off, &lim).ok());
+  EXPECT_FALSE(ParseLogArgs({{"build_id", "../../etc/passwd"}}, &id, &off, &lim).ok());
+  EXPECT_FALSE(IsValidBuildId("b-0123456789ABCDEF"));
+}
+
+TEST(ToolViews, BuildJsonShapes) {
+  BuildSnapshot s;
+  s.id = "b-0123456789abcdef";
+  s.candidate = "c1";
+  s.status = BuildStatus::kFailed;
+  auto o = std::make_shared<BuildOutcome>();
+  o->status = BuildStatus::kFailed;
+  o->diagnostics.push_back({"main.go", 3, 2, "error", "undefined: foo"});
+  o->error = "build failed with 1 diagnostic(s)";
+  s.outcome = o;
+  json j = BuildJson(s);
+  EXPECT_EQ(j["status"], "failed");
+  EXPECT_TRUE(j["image"].is_null());
+  EXPECT_EQ(j["diagnostics"][0]["file"], "main.go");
+  EXPECT_EQ(j["diagnostics"][0]["line"], 3);
+  EXPECT_EQ(j["error"], "build failed with 1 diagnostic(s)");
+  EXPECT_TRUE(j["commit"].is_null());
+  s.status = BuildStatus::kSucceeded;
+  o->status = BuildStatus::kSucceeded;
+  o->digest = "sha256:" + std::string(64, 'a');
+  o->image_ref = "127.0.0.1:5000/loop/app@" + o->digest;
+  o->error.clear();
+  j = BuildJson(s);
+  EXPECT_EQ(j["image"]["digest"], o->digest);
+  EXPECT_EQ(j["status"], "succeeded");
+  for (const char* k : {"build_id", "candidate", "commit", "status", "image", "diagnostics",
+                        "log_tail", "cache_hit", "timings"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k : {"queued_ms", "build_ms", "push_ms", "total_ms"})
+    EXPECT_TRUE(j["timings"].contains(k)) << k;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,183 @@
+// kiln: the command line. Subcommands: serve, build, check-config, hash-token.
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/runtime.h"
+#include "common/log.h"
+#include "common/names.h"
+#include "common/sha256.h"
+#include "config/config_parser.h"
+#include "app/serve_command.h"
+
+namespace {
+
+const char* kUsage = R"(usage:
+  kiln serve --config FILE            run the service (HTTP: /mcp, /healthz, /readyz, /metrics)
+  kiln build --config FILE --domain D --candidate C --source DIR
+                                      one build through the same scheduler, no server;
+                                      JSON result on stdout, exit 1 when the build fails
+  kiln check-config --config FILE     validate; every problem printed as `path: reason`
+  kiln hash-token                     read a token on stdin, print its SHA-256 for the config
+)";
+
+// Parses "--name value" pairs; returns false on anything else.
+bool ParseFlags(int argc, char** argv, int start, std::map<std::string, std::string>* flags,
+                std::string* err) {
+  for (int i = start; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      *err = "unexpected argument '" + a + "'";
+      return false;
+    }
+    auto eq = a.find('=');
+    if (eq != std::string::npos) {
+      (*flags)[a.substr(2, eq - 2)] = a.substr(eq + 1);
+      continue;
+    }
+    if (i + 1 >= argc) {
+      *err = "flag " + a + " needs a value";
+      return false;
+    }
+    (*flags)[a.substr(2)] = argv[++i];
+  }
+  return true;
+}
+
+bool Require(const std::map<std::string, std::string>& flags, std::initializer_list<const char*> names,
+             std::string* err) {
+  for (const char* n : names)
+    if (!flags.count(n) || flags.at(n).empty()) {
+      *err = std::string("missing --") + n;
+      return false;
+    }
+  return true;
+}
+
+std::shared_ptr<const kiln::Config> LoadOrExplain(const std::string& path) {
+  auto cfg = std::make_shared<kiln::Config>();
+  auto problems = kiln::LoadConfigFile(path, cfg.get());
+  if (!problems.empty()) {
+    std::cerr << "kiln: invalid config " << path << ":\n";
+    for (const auto& p : problems) std::cerr << "  " << kiln::FormatConfigProblem(p) << "\n";
+    return nullptr;
+  }
+  return cfg;
+}
+
+int HashToken() {
+  std::string token;
+  std::getline(std::cin, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) {
+    std::cerr << "kiln hash-token: empty token on stdin\n";
+    return 1;
+  }
+  std::cout << kiln::Sha256Hex(token) << "\n";
+  return 0;
+}
+
+int Build(const std::map<std::string, std::string>& flags) {
+  std::string err;
+  if (!Require(flags, {"config", "domain", "candidate", "source"}, &err)) {
+    std::cerr << "kiln build: " << err << "\n" << kUsage;
+    return 2;
+  }
+  auto cfg = LoadOrExplain(flags.at("config"));
+  if (!cfg) return 1;
+  kiln::InitLogging(cfg->log_level);
+  std::string domain = flags.at("domain");
+  if (!cfg->domains.count(domain)) {
+    std::cerr << "kiln build: domain '" << domain << "' is not in the config\n";
+    return 2;
+  }
+  kiln::BuildRequest req;
+  req.candidate = flags.at("candidate");
+  kiln::Status st = kiln::ValidateName(req.candidate, "candidate");
+  if (!st.ok()) {
+    std::cerr << "kiln build: " << st.message() << "\n";
+    return 2;
+  }
+  std::error_code ec;
+  auto src = std::filesystem::canonical(flags.at("source"), ec);
+  if (ec || !std::filesystem::is_directory(src)) {
+    std::cerr << "kiln build: --source " << flags.at("source") << " is not a directory\n";
+    return 2;
+  }
+  req.source_dir = src.string();
+
+  // Signals: handled by a sigwait thread; children get a clean mask (the process runner resets it).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  kiln::RuntimeOptions opts;
+  opts.open_repositories = false;
+  std::unique_ptr<kiln::Runtime> rt;
+  st = kiln::Runtime::Create(cfg, opts, &rt);
+  if (!st.ok()) {
+    std::cerr << "kiln build: " << st.message() << "\n";
+    return 1;
+  }
+  kiln::Runtime* raw = rt.get();
+  std::thread([set, raw] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::warn("signal {}: cancelling the build", sig);
+    raw->CancelAll();
+  }).detach();
+  kiln::ToolResult r = rt->BuildAndWait(domain, req);
+  rt->Shutdown(std::chrono::milliseconds(0));
+  std::cout << r.structured.dump(2) << std::endl;
+  return r.is_error ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (cmd == "hash-token") return HashToken();
+  std::map<std::string, std::string> flags;
+  std::string err;
+  if (!ParseFlags(argc, argv, 2, &flags, &err)) {
+    std::cerr << "kiln " << cmd << ": " << err << "\n" << kUsage;
+    return 2;
+  }
+  if (cmd == "check-config") {
+    if (!Require(flags, {"config"}, &err)) {
+      std::cerr << "kiln check-config: " << err << "\n";
+      return 2;
+    }
+    return kiln::CheckConfigCommand(flags.at("config"), std::cout, std::cerr);
+  }
+  if (cmd == "build") return Build(flags);
+  if (cmd == "serve") {
+    if (!Require(flags, {"config"}, &err)) {
+      std::cerr << "kiln serve: " << err << "\n";
+      return 2;
+    }
+    auto cfg = LoadOrExplain(flags.at("config"));
+    if (!cfg) return 1;
+    return kiln::ServeCommand(cfg, flags);
+  }
+  std::cerr << "kiln: unknown command '" << cmd << "'\n" << kUsage;
+  return 2;
+}

@@ -1,0 +1,65 @@
+#include "app/serve_command.h"
+
+#include <signal.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "actors/runtime.h"
+#include "common/log.h"
+#include "config/config_parser.h"
+#include "transport/http_server.h"
+
+namespace kiln {
+
+int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::string, std::string>& flags) {
+  InitLogging(config->log_level);
+  for (const auto& w : CollectConfigWarnings(*config)) spdlog::warn("config: {}", FormatConfigProblem(w));
+  int grace_s = 30;
+  if (flags.count("grace")) {
+    try {
+      grace_s = std::stoi(flags.at("grace"));
+    } catch (...) {
+      std::cerr << "kiln serve: --grace must be a number of seconds\n";
+      return 2;
+    }
+  }
+  // Block the termination signals in every thread; a sigwait below receives them. Children get
+  // a clean mask from the process runner.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  std::unique_ptr<Runtime> rt;
+  Status st = Runtime::Create(config, RuntimeOptions{}, &rt);
+  if (!st.ok()) {
+    spdlog::error("cannot start: {}", st.message());
+    return 1;
+  }
+  HttpServerOptions opts;
+  opts.max_request_bytes = static_cast<size_t>(config->server.max_request_bytes);
+  opts.max_sessions = static_cast<size_t>(config->server.max_sessions);
+  opts.max_calls_per_session = static_cast<size_t>(config->server.max_inflight_per_session);
+  HttpServer server(*config, *rt, opts);
+  st = server.Start();
+  if (!st.ok()) {
+    spdlog::error("cannot listen on {}: {}", config->server.listen, st.message());
+    rt->Shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+  spdlog::info("kiln serving on {} (port {}), {} domain(s), state in {}", config->server.listen,
+               server.port(), config->domains.size(), config->server.state_dir);
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("signal {}: stopping; running builds get {} s to finish", sig, grace_s);
+  server.Stop();
+  rt->Shutdown(std::chrono::seconds(grace_s));
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,896 @@
+#include "config/config_parser.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "common/names.h"
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+const char* const kToolNames[] = {"build_candidate", "deploy_candidate", "candidate_status",
+                                  "build_log",       "cancel_build",     "list_candidates"};
+const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error"};
+
+std::string Join(const std::string& base, const std::string& key) {
+  return base.empty() ? key : base + "." + key;
+}
+
+std::string Index(const std::string& base, size_t i) {
+  return base + "[" + std::to_string(i) + "]";
+}
+
+bool IsToolName(const std::string& s) {
+  for (const char* t : kToolNames)
+    if (s == t) return true;
+  return false;
+}
+
+bool IsLowerHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || IsDigit(c); }
+bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+bool IsSha256Hex(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!IsLowerHex(c)) return false;
+  return true;
+}
+
+// [A-Za-z_][A-Za-z0-9_]*
+bool IsEnvName(const std::string& s) {
+  if (s.empty() || !(IsAlpha(s[0]) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(IsAlpha(c) || IsDigit(c) || c == '_')) return false;
+  return true;
+}
+
+// [a-z][a-z0-9_]{0,63}
+bool IsAliasName(const std::string& s) {
+  if (s.empty() || s.size() > 64 || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+  for (char c : s)
+    if (!(IsLowerAlnum(c) || c == '_')) return false;
+  return true;
+}
+
+// An OCI repository name: '/'-separated components of lowercase alphanumerics, each starting
+// and ending with one, with '.', '_' or '-' only between them.
+bool IsRepositoryName(const std::string& s) {
+  if (s.empty() || s.size() > 255) return false;
+  size_t start = 0;
+  while (true) {
+    size_t slash = s.find('/', start);
+    std::string comp =
+        s.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (comp.empty() || !IsLowerAlnum(comp.front()) || !IsLowerAlnum(comp.back())) return false;
+    for (char c : comp)
+      if (!(IsLowerAlnum(c) || c == '.' || c == '_' || c == '-')) return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
+}
+
+// Kubernetes DNS-1123 label (max 63) or, with dots allowed, subdomain (max 253).
+bool IsDnsName(const std::string& s, bool allow_dots) {
+  size_t max = allow_dots ? 253 : 63;
+  if (s.empty() || s.size() > max || !IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back()))
+    return false;
+  for (char c : s)
+    if (!(IsLowerAlnum(c) || c == '-' || (allow_dots && c == '.'))) return false;
+  return true;
+}
+
+bool HasDotDotSegment(const std::string& p) {
+  size_t start = 0;
+  while (true) {
+    size_t slash = p.find('/', start);
+    if (p.compare(start, slash == std::string::npos ? std::string::npos : slash - start, "..") == 0)
+      return true;
+    if (slash == std::string::npos) return false;
+    start = slash + 1;
+  }
+}
+
+// Returns "" when `s` is host:port (port optional unless `port_required`), else the reason.
+std::string CheckHostPort(const std::string& s, bool port_required) {
+  std::string host, port;
+  bool has_port = false;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string::npos) return "unterminated '[' in IPv6 address";
+    host = s.substr(1, close - 1);
+    std::string rest = s.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') return "expected ':' after ']'";
+      has_port = true;
+      port = rest.substr(1);
+    }
+    if (host.empty()) return "host is empty";
+    for (char c : host)
+      if (!(IsLowerHex(c) || (c >= 'A' && c <= 'F') || c == ':' || c == '.'))
+        return "invalid IPv6 address";
+  } else {
+    size_t colon = s.find(':');
+    if (colon != std::string::npos && s.find(':', colon + 1) != std::string::npos)
+      return "an IPv6 address must be written in brackets, e.g. [::1]:8700";
+    host = s.substr(0, colon);
+    if (colon != std::string::npos) {
+      has_port = true;
+      port = s.substr(colon + 1);
+    }
+    if (host.empty()) return "host is empty";
+    for (char c : host)
+      if (!(IsAlpha(c) || IsDigit(c) || c == '.' || c == '-')) return "invalid host name";
+  }
+  if (!has_port) return port_required ? "must be host:port" : "";
+  if (port.empty() || port.size() > 5) return "port must be a number between 1 and 65535";
+  for (char c : port)
+    if (!IsDigit(c)) return "port must be a number between 1 and 65535";
+  int n = std::stoi(port);
+  if (n < 1 || n > 65535) return "port must be a number between 1 and 65535";
+  return "";
+}
+
+// Parses "http(s)://host[:port][/]" into its authority. Returns "" or the reason it is not one.
+std::string ParseBaseUrl(const std::string& url, std::string* authority) {
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    rest = url.substr(8);
+  } else {
+    return "must start with http:// or https://";
+  }
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find('@') != std::string::npos) return "must not contain credentials (use auth_file)";
+  if (rest.find_first_of("/?#") != std::string::npos)
+    return "must be scheme://host[:port] with no path, query or fragment";
+  std::string why = CheckHostPort(rest, false);
+  if (!why.empty()) return why;
+  *authority = rest;
+  return "";
+}
+
+// Returns "" when `file` can be opened for reading and is a regular file, else the reason.
+std::string CheckReadableFile(const std::string& file) {
+  // O_NONBLOCK: opening a FIFO must not hang check-config.
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "cannot open '" + file + "': " + std::strerror(errno);
+  struct stat st;
+  int rc = ::fstat(fd, &st);
+  int saved = errno;
+  ::close(fd);
+  if (rc != 0) return "cannot stat '" + file + "': " + std::strerror(saved);
+  if (!S_ISREG(st.st_mode)) return "'" + file + "' is not a regular file";
+  return "";
+}
+
+std::string TypeName(const json& v) {
+  if (v.is_number_float()) return "a fractional number";
+  return std::string(v.type_name());
+}
+
+// Reports keys that appear twice in one object (nlohmann::json silently keeps the last one),
+// by following the parser's events with a stack of open objects and arrays.
+class DuplicateKeyTracker {
+ public:
+  explicit DuplicateKeyTracker(std::vector<ConfigProblem>* problems) : problems_(problems) {}
+
+  bool OnEvent(json::parse_event_t event, const json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        frames_.push_back(Frame{ChildPath(), false, 0, {}, {}});
+        break;
+      case json::parse_event_t::array_start:
+        frames_.push_back(Frame{ChildPath(), true, 0, {}, {}});
+        break;
+      case json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        top.key = parsed.is_string() ? parsed.get<std::string>() : std::string();
+        if (!top.keys.insert(top.key).second)
+          problems_->push_back({Join(top.path, top.key), "duplicate key"});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        ValueDone();
+        break;
+      case json::parse_event_t::value:
+        ValueDone();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    std::string path;
+    bool is_array = false;
+    size_t index = 0;
+    std::string key;
+    std::set<std::string> keys;
+  };
+
+  std::string ChildPath() const {
+    if (frames_.empty()) return "";
+    const Frame& top = frames_.back();
+    return top.is_array ? Index(top.path, top.index) : Join(top.path, top.key);
+  }
+
+  void ValueDone() {
+    if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
+  }
+
+  std::vector<ConfigProblem>* const problems_;
+  std::vector<Frame> frames_;
+};
+
+// Walks a parsed JSON document into a Config, recording every problem. Single use; not
+// thread-safe; `problems` must outlive it.
+class ConfigReader {
+ public:
+  ConfigReader(std::string base_dir, std::vector<ConfigProblem>* problems)
+      : base_dir_(std::move(base_dir)), problems_(problems) {}
+
+  void Read(const json& root, Config* out);
+
+ private:
+  void Problem(const std::string& path, std::string reason) {
+    problems_->push_back({path, std::move(reason)});
+  }
+
+  void CheckKeys(const json& obj, const std::string& path,
+                 std::initializer_list<const char*> allowed);
+  const json* Find(const json& obj, const char* key, const std::string& path, bool required);
+  const json* Section(const json& obj, const char* key, const std::string& path, bool required);
+  bool ReadString(const json& obj, const char* key, const std::string& path, bool required,
+                  std::string* out);
+  void ReadNullableString(const json& obj, const char* key, const std::string& path,
+                          std::optional<std::string>* out);
+  void ReadBool(const json& obj, const char* key, const std::string& path, bool* out);
+  bool ReadStringList(const json& obj, const char* key, const std::string& path, bool required,
+                      std::vector<std::string>* out);
+  bool ReadStringMap(const json& obj, const char* key, const std::string& path,
+                     std::map<std::string, std::string>* out);
+  template <typename T>
+  void ReadInt(const json& obj, const char* key, const std::string& path, int64_t lo, int64_t hi,
+               T* out);
+
+  std::string Resolve(const std::string& p) const;
+  void CheckFile(const std::string& file, const std::string& path);
+  void CheckRelativePath(const std::string& p, const std::string& path);
+  void CheckTokenList(const std::vector<std::string>& tokens, const std::string& path);
+
+  void ReadServer(const json& obj, ServerConfig* out);
+  void ReadScheduler(const json& obj, SchedulerConfig* out);
+  void ReadRegistries(const json& obj, std::map<std::string, RegistryConfig>* out);
+  void ReadDomain(const std::string& name, const json& obj, DomainConfig* out);
+  void ReadToolAliases(const json& obj, const std::string& path, DomainConfig* out);
+  void ReadBuild(const json& obj, const std::string& path, BuildConfig* out);
+  void ReadContainerfile(const json& obj, const std::string& path, ContainerfileBuild* out);
+  void ReadLayered(const json& obj, const std::string& path, LayeredBuild* out);
+  void CheckBaseImage(const std::string& image, const std::string& path);
+  void ReadImage(const json& obj, const std::string& path, ImageConfig* out);
+  void ReadDeploy(const json& obj, const std::string& path, DeployConfig* out);
+  void CheckUniqueTokens(const Config& config);
+
+  const std::string base_dir_;
+  std::vector<ConfigProblem>* const problems_;
+  // Registry authorities (host[:port]) by registry name, for image references.
+  std::map<std::string, std::string> registry_authority_;
+};
+
+void ConfigReader::CheckKeys(const json& obj, const std::string& path,
+                             std::initializer_list<const char*> allowed) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool known = false;
+    for (const char* a : allowed) known = known || it.key() == a;
+    if (known) continue;
+    std::string list;
+    for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    Problem(Join(path, it.key()), "unknown key (expected one of: " + list + ")");
+  }
+}
+
+const json* ConfigReader::Find(const json& obj, const char* key, const std::string& path,
+                               bool required) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) Problem(Join(path, key), "missing required key");
+    return nullptr;
+  }
+  return &*it;
+}
+
+const json* ConfigReader::Section(const json& obj, const char* key, const std::string& path,
+                                  bool required) {
+  const json* v = Find(obj, key, path, required);
+  if (v == nullptr) return nullptr;
+  if (!v->is_object()) {
+    Problem(Join(path, key), "must be an object, got " + TypeName(*v));
+    return nullptr;
+  }
+  return v;
+}
+
+bool ConfigReader::ReadString(const json& obj, const char* key, const std::string& path,
+                              bool required, std::string* out) {
+  const json* v = Find(obj, key, path, required);
+  if (v == nullptr) return false;
+  if (!v->is_string()) {
+    Problem(Join(path, key), "must be a string, got " + TypeName(*v));
+    return false;
+  }
+  const std::string& s = v->get_ref<const std::string&>();
+  if (s.empty()) {
+    Problem(Join(path, key), "must not be empty");
+    return false;
+  }
+  *out = s;
+  return true;
+}
+
+void ConfigReader::ReadNullableString(const json& obj, const char* key, const std::string& path,
+                                      std::optional<std::string>* out) {
+  const json* v = Find(obj, key, path, false);
+  if (v == nullptr || v->is_null()) return;
+  std::string s;
+  if (ReadString(obj, key, path, false, &s)) *out = s;
+}
+
+void ConfigReader::ReadBool(const json& obj, const char* key, const std::string& path, bool* out) {
+  const json* v = Find(obj, key, path, false);
+  if (v == nullptr) return;
+  if (!v->is_boolean()) {
+    Problem(Join(path, key), "must be a boolean, got " + TypeName(*v));
+    return;
+  }
+  *out = v->get<bool>();
+}
+
+bool ConfigReader::ReadStringList(const json& obj, const char* key, const std::string& path,
+                                  bool required, std::vector<std::string>* out) {
+  const json* v = Find(obj, key, path, required);
+  if (v == nullptr) return false;
+  std::string p = Join(path, key);
+  if (!v->is_array()) {
+    Problem(p, "must be an array of strings, got " + TypeName(*v));
+    return false;
+  }
+  out->clear();
+  bool ok = true;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& e = (*v)[i];
+    if (!e.is_string()) {
+      Problem(Index(p, i), "must be a string, got " + TypeName(e));
+      ok = false;
+      continue;
+    }
+    out->push_back(e.get<std::string>());
+  }
+  return ok;
+}
+
+bool ConfigReader::ReadStringMap(const json& obj, const char* key, const std::string& path,
+                                 std::map<std::string, std::string>* out) {
+  const json* v = Find(obj, key, path, false);
+  if (v == nullptr) return false;
+  std::string p = Join(path, key);
+  if (!v->is_object()) {
+    Problem(p, "must be an object of strings, got " + TypeName(*v));
+    return false;
+  }
+  out->clear();
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (!it->is_string()) {
+      Problem(Join(p, it.key()), "must be a string, got " + TypeName(*it));
+      continue;
+    }
+    (*out)[it.key()] = it->get<std::string>();
+  }
+  return true;
+}
+
+template <typename T>
+void ConfigReader::ReadInt(const json& obj, const char* key, const std::string& path, int64_t lo,
+                           int64_t hi, T* out) {
+  const json* v = Find(obj, key, path, false);
+  if (v == nullptr) return;
+  std::string p = Join(path, key);
+  if (!v->is_number_integer()) {
+    Problem(p, "must be an integer, got " + TypeName(*v));
+    return;
+  }
+  bool too_big = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi);
+  int64_t n = too_big ? hi : v->get<int64_t>();
+  if (too_big || n < lo || n > hi) {
+    Problem(p, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                   v->dump());
+    return;
+  }
+  *out = static_cast<T>(n);
+}
+
+std::string ConfigReader::Resolve(const std::string& p) const {
+  if (base_dir_.empty() || p.empty() || p[0] == '/') return p;
+  return (std::filesystem::path(base_dir_) / p).lexically_normal().string();
+}
+
+void ConfigReader::CheckFile(const std::string& file, const std::string& path) {
+  std::string why = CheckReadableFile(file);
+  if (!why.empty()) Problem(path, why);
+}
+
+void ConfigReader::CheckRelativePath(const std::string& p, const std::string& path) {
+  if (p[0] == '/') {
+    Problem(path, "must be a relative path");
+  } else if (HasDotDotSegment(p)) {
+    Problem(path, "must not contain '..' segments");
+  }
+}
+
+void ConfigReader::CheckTokenList(const std::vector<std::string>& tokens, const std::string& path) {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (!IsSha256Hex(tokens[i]))
+      Problem(Index(path, i),
+              "must be 64 lowercase hex characters (the token's SHA-256, see `kiln hash-token`)");
+}
+
+void ConfigReader::Read(const json& root, Config* out) {
+  if (!root.is_object()) {
+    Problem("", "config must be a JSON object, got " + TypeName(root));
+    return;
+  }
+  CheckKeys(root, "",
+            {"log_level", "server", "scheduler", "registries", "operator_token_sha256", "domains"});
+  std::string level;
+  if (ReadString(root, "log_level", "", false, &level)) {
+    bool known = false;
+    for (const char* l : kLogLevels) known = known || level == l;
+    if (known) {
+      out->log_level = level;
+    } else {
+      Problem("log_level", "must be one of trace, debug, info, warn, error");
+    }
+  }
+  if (const json* s = Section(root, "server", "", true)) ReadServer(*s, &out->server);
+  if (const json* s = Section(root, "scheduler", "", false)) ReadScheduler(*s, &out->scheduler);
+  if (const json* s = Section(root, "registries", "", true)) ReadRegistries(*s, &out->registries);
+  if (ReadStringList(root, "operator_token_sha256", "", false, &out->operator_token_sha256))
+    CheckTokenList(out->operator_token_sha256, "operator_token_sha256");
+  if (const json* s = Section(root, "domains", "", true)) {
+    if (s->empty()) Problem("domains", "at least one domain is required");
+    for (auto it = s->begin(); it != s->end(); ++it) {
+      DomainConfig& d = out->domains[it.key()];
+      d.name = it.key();
+      ReadDomain(it.key(), *it, &d);
+    }
+  }
+  CheckUniqueTokens(*out);
+}
+
+void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
+  const std::string path = "server";
+  CheckKeys(obj, path,
+            {"listen", "state_dir", "allowed_origins", "max_request_bytes", "max_sessions",
+             "max_inflight_per_session"});
+  std::string listen;
+  if (ReadString(obj, "listen", path, false, &listen)) {
+    std::string why = CheckHostPort(listen, true);
+    if (why.empty()) {
+      out->listen = listen;
+    } else {
+      Problem("server.listen", why);
+    }
+  }
+  std::string state_dir;
+  if (ReadString(obj, "state_dir", path, true, &state_dir)) out->state_dir = Resolve(state_dir);
+  if (ReadStringList(obj, "allowed_origins", path, false, &out->allowed_origins)) {
+    for (size_t i = 0; i < out->allowed_origins.size(); ++i) {
+      std::string authority;
+      std::string why = ParseBaseUrl(out->allowed_origins[i], &authority);
+      if (!why.empty()) Problem(Index("server.allowed_origins", i), "origin " + why);
+    }
+  }
+  ReadInt(obj, "max_request_bytes", path, 1 << 10, int64_t{1} << 30, &out->max_request_bytes);
+  ReadInt(obj, "max_sessions", path, 1, 100000, &out->max_sessions);
+  ReadInt(obj, "max_inflight_per_session", path, 1, 1024, &out->max_inflight_per_session);
+}
+
+void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
+  const std::string path = "scheduler";
+  CheckKeys(obj, path, {"max_parallel_builds", "build_log_max_bytes"});
+  ReadInt(obj, "max_parallel_builds", path, 1, 64, &out->max_parallel_builds);
+  ReadInt(obj, "build_log_max_bytes", path, 4 << 10, int64_t{1} << 30, &out->build_log_max_bytes);
+}
+
+void ConfigReader::ReadRegistries(const json& obj, std::map<std::string, RegistryConfig>* out) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string path = Join("registries", it.key());
+    RegistryConfig& r = (*out)[it.key()];
+    r.name = it.key();
+    Status name_ok = ValidateName(it.key(), "registry");
+    if (!name_ok.ok()) Problem(path, name_ok.message());
+    if (!it->is_object()) {
+      Problem(path, "must be an object, got " + TypeName(*it));
+      continue;
+    }
+    CheckKeys(*it, path, {"url", "auth_file", "ca_file"});
+    if (ReadString(*it, "url", path, true, &r.url)) {
+      std::string authority;
+      std::string why = ParseBaseUrl(r.url, &authority);
+      if (why.empty()) {
+        registry_authority_[it.key()] = authority;
+      } else {
+        Problem(Join(path, "url"), why);
+      }
+    }
+    ReadNullableString(*it, "auth_file", path, &r.auth_file);
+    if (r.auth_file) {
+      r.auth_file = Resolve(*r.auth_file);
+      CheckFile(*r.auth_file, Join(path, "auth_file"));
+    }
+    ReadNullableString(*it, "ca_file", path, &r.ca_file);
+    if (r.ca_file) {
+      r.ca_file = Resolve(*r.ca_file);
+      CheckFile(*r.ca_file, Join(path, "ca_file"));
+    }
+  }
+}
+
+void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainConfig* out) {
+  const std::string path = Join("domains", name);
+  Status name_ok = ValidateName(name, "domain");
+  if (!name_ok.ok()) Problem(path, name_ok.message());
+  if (!obj.is_object()) {
+    Problem(path, "must be an object, got " + TypeName(obj));
+    return;
+  }
+  CheckKeys(obj, path, {"token_sha256", "weight", "tool_aliases", "build", "image", "deploy"});
+  if (ReadStringList(obj, "token_sha256", path, true, &out->token_sha256)) {
+    if (out->token_sha256.empty())
+      Problem(Join(path, "token_sha256"), "at least one token hash is required");
+    CheckTokenList(out->token_sha256, Join(path, "token_sha256"));
+  }
+  ReadInt(obj, "weight", path, 1, 1000, &out->weight);
+  ReadToolAliases(obj, path, out);
+  if (const json* s = Section(obj, "build", path, true))
+    ReadBuild(*s, Join(path, "build"), &out->build);
+  if (const json* s = Section(obj, "image", path, true))
+    ReadImage(*s, Join(path, "image"), &out->image);
+  if (const json* s = Section(obj, "deploy", path, false))
+    ReadDeploy(*s, Join(path, "deploy"), &out->deploy);
+}
+
+void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, DomainConfig* out) {
+  if (!ReadStringMap(obj, "tool_aliases", path, &out->tool_aliases)) return;
+  const std::string p = Join(path, "tool_aliases");
+  for (const auto& [alias, target] : out->tool_aliases) {
+    if (!IsAliasName(alias)) {
+      Problem(Join(p, alias), "alias must match [a-z][a-z0-9_]{0,63}");
+    } else if (IsToolName(alias)) {
+      Problem(Join(p, alias), "alias must not shadow the tool of the same name");
+    }
+    if (!IsToolName(target))
+      Problem(Join(p, alias),
+              "target '" + target +
+                  "' is not a tool (expected one of: build_candidate, deploy_candidate, "
+                  "candidate_status, build_log, cancel_build, list_candidates)");
+  }
+}
+
+void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
+  CheckKeys(obj, path, {"mode", "timeout_s", "containerfile", "layered"});
+  std::string mode;
+  if (ReadString(obj, "mode", path, true, &mode)) {
+    if (mode == "containerfile" || mode == "layered") {
+      out->mode = mode;
+    } else {
+      Problem(Join(path, "mode"), "must be one of containerfile, layered");
+    }
+  }
+  ReadInt(obj, "timeout_s", path, 1, 86400, &out->timeout_s);
+  if (const json* s = Section(obj, "containerfile", path, false))
+    ReadContainerfile(*s, Join(path, "containerfile"), &out->containerfile);
+  bool need_layered = mode == "layered";
+  if (const json* s = Section(obj, "layered", path, false)) {
+    out->layered.emplace();
+    ReadLayered(*s, Join(path, "layered"), &*out->layered);
+  } else if (need_layered && obj.find("layered") == obj.end()) {
+    Problem(Join(path, "layered"), "missing required key (build.mode is layered)");
+  }
+}
+
+void ConfigReader::ReadContainerfile(const json& obj, const std::string& path,
+                                     ContainerfileBuild* out) {
+  CheckKeys(obj, path, {"file", "context", "target", "build_args", "network"});
+  if (ReadString(obj, "file", path, false, &out->file))
+    CheckRelativePath(out->file, Join(path, "file"));
+  if (ReadString(obj, "context", path, false, &out->context))
+    CheckRelativePath(out->context, Join(path, "context"));
+  ReadNullableString(obj, "target", path, &out->target);
+  if (out->target) {
+    Status s = ValidateName(*out->target, "target stage");
+    if (!s.ok()) Problem(Join(path, "target"), s.message());
+  }
+  if (ReadStringMap(obj, "build_args", path, &out->build_args)) {
+    for (const auto& kv : out->build_args)
+      if (!IsEnvName(kv.first))
+        Problem(Join(Join(path, "build_args"), kv.first),
+                "build argument name must match [A-Za-z_][A-Za-z0-9_]*");
+  }
+  ReadBool(obj, "network", path, &out->network);
+}
+
+void ConfigReader::ReadLayered(const json& obj, const std::string& path, LayeredBuild* out) {
+  CheckKeys(obj, path, {"base_image", "command", "env", "caches", "outputs", "entrypoint"});
+  if (ReadString(obj, "base_image", path, true, &out->base_image))
+    CheckBaseImage(out->base_image, Join(path, "base_image"));
+  if (ReadStringList(obj, "command", path, true, &out->command)) {
+    if (out->command.empty()) {
+      Problem(Join(path, "command"), "must not be empty");
+    } else if (out->command[0].empty()) {
+      Problem(Join(path, "command[0]"), "program name must not be empty");
+    }
+  }
+  if (ReadStringMap(obj, "env", path, &out->env)) {
+    for (const auto& kv : out->env)
+      if (!IsEnvName(kv.first))
+        Problem(Join(Join(path, "env"), kv.first),
+                "environment variable name must match [A-Za-z_][A-Za-z0-9_]*");
+  }
+  if (ReadStringMap(obj, "caches", path, &out->caches)) {
+    for (const auto& [var, cache] : out->caches) {
+      const std::string p = Join(Join(path, "caches"), var);
+      if (!IsEnvName(var))
+        Problem(p, "environment variable name must match [A-Za-z_][A-Za-z0-9_]*");
+      Status s = ValidateName(cache, "cache");
+      if (!s.ok()) Problem(p, s.message());
+    }
+  }
+  const json* outputs = Find(obj, "outputs", path, true);
+  if (outputs != nullptr) {
+    const std::string p = Join(path, "outputs");
+    if (!outputs->is_array()) {
+      Problem(p, "must be an array of {from, to} objects, got " + TypeName(*outputs));
+    } else if (outputs->empty()) {
+      Problem(p, "at least one output is required");
+    } else {
+      for (size_t i = 0; i < outputs->size(); ++i) {
+        const json& o = (*outputs)[i];
+        const std::string op = Index(p, i);
+        if (!o.is_object()) {
+          Problem(op, "must be an object, got " + TypeName(o));
+          continue;
+        }
+        CheckKeys(o, op, {"from", "to"});
+        LayeredOutput lo;
+        if (ReadString(o, "from", op, true, &lo.from)) CheckRelativePath(lo.from, Join(op, "from"));
+        if (ReadString(o, "to", op, true, &lo.to)) {
+          if (lo.to[0] != '/') {
+            Problem(Join(op, "to"), "must be an absolute path in the image");
+          } else if (HasDotDotSegment(lo.to)) {
+            Problem(Join(op, "to"), "must not contain '..' segments");
+          }
+        }
+        out->outputs.push_back(lo);
+      }
+    }
+  }
+  ReadStringList(obj, "entrypoint", path, false, &out->entrypoint);
+}
+
+void ConfigReader::CheckBaseImage(const std::string& image, const std::string& path) {
+  const std::string shape = "must be <registry host:port>/<repository>@sha256:<64 lowercase hex>";
+  size_t at = image.rfind('@');
+  if (at == std::string::npos) {
+    Problem(path, "must be pinned by digest: " + shape);
+    return;
+  }
+  std::string digest = image.substr(at + 1);
+  if (digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(digest.substr(7))) {
+    Problem(path, "malformed digest: " + shape);
+    return;
+  }
+  std::string name = image.substr(0, at);
+  size_t slash = name.find('/');
+  if (slash == std::string::npos) {
+    Problem(path, "names no registry: " + shape);
+    return;
+  }
+  std::string host = name.substr(0, slash);
+  if (!IsRepositoryName(name.substr(slash + 1))) {
+    Problem(path,
+            "malformed repository (lowercase [a-z0-9._-] components separated by '/'): " + shape);
+    return;
+  }
+  for (const auto& kv : registry_authority_)
+    if (kv.second == host) return;
+  Problem(path, "registry '" + host + "' matches the url of no entry in registries");
+}
+
+void ConfigReader::ReadImage(const json& obj, const std::string& path, ImageConfig* out) {
+  CheckKeys(obj, path, {"registry", "repository"});
+  // Registries are read before domains, so the names are known here.
+  if (ReadString(obj, "registry", path, true, &out->registry) &&
+      registry_authority_.count(out->registry) == 0) {
+    Problem(Join(path, "registry"),
+            "unknown registry '" + out->registry + "' (not a key of registries)");
+  }
+  if (ReadString(obj, "repository", path, true, &out->repository) &&
+      !IsRepositoryName(out->repository)) {
+    Problem(Join(path, "repository"),
+            "must be lowercase [a-z0-9._-] components separated by '/', e.g. loop/app");
+  }
+}
+
+void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployConfig* out) {
+  CheckKeys(obj, path, {"type", "kubernetes", "local"});
+  std::string type;
+  if (ReadString(obj, "type", path, true, &type)) {
+    if (type == "kubernetes" || type == "local" || type == "none") {
+      out->type = type;
+    } else {
+      Problem(Join(path, "type"), "must be one of kubernetes, local, none");
+    }
+  }
+  if (const json* k = Section(obj, "kubernetes", path, type == "kubernetes")) {
+    const std::string p = Join(path, "kubernetes");
+    CheckKeys(*k, p, {"namespace", "deployment", "container", "kubeconfig", "rollout_timeout_s"});
+    KubernetesDeploy kd;
+    if (ReadString(*k, "namespace", p, true, &kd.namespace_) && !IsDnsName(kd.namespace_, false))
+      Problem(Join(p, "namespace"), "must be a DNS-1123 label (lowercase [a-z0-9-], max 63)");
+    if (ReadString(*k, "deployment", p, true, &kd.deployment) && !IsDnsName(kd.deployment, true))
+      Problem(Join(p, "deployment"),
+              "must be a DNS-1123 subdomain (lowercase [a-z0-9.-], max 253)");
+    if (ReadString(*k, "container", p, true, &kd.container) && !IsDnsName(kd.container, false))
+      Problem(Join(p, "container"), "must be a DNS-1123 label (lowercase [a-z0-9-], max 63)");
+    ReadNullableString(*k, "kubeconfig", p, &kd.kubeconfig);
+    if (kd.kubeconfig) {
+      kd.kubeconfig = Resolve(*kd.kubeconfig);
+      CheckFile(*kd.kubeconfig, Join(p, "kubeconfig"));
+    }
+    ReadInt(*k, "rollout_timeout_s", p, 1, 86400, &kd.rollout_timeout_s);
+    out->kubernetes = kd;
+  }
+  if (const json* l = Section(obj, "local", path, false)) {
+    const std::string p = Join(path, "local");
+    CheckKeys(*l, p, {"port", "health_path"});
+    LocalDeploy ld;
+    ReadInt(*l, "port", p, 1, 65535, &ld.port);
+    if (ReadString(*l, "health_path", p, false, &ld.health_path) && ld.health_path[0] != '/')
+      Problem(Join(p, "health_path"), "must start with '/'");
+    out->local = ld;
+  } else if (out->type == "local" && !out->local) {
+    out->local = LocalDeploy{};
+  }
+}
+
+void ConfigReader::CheckUniqueTokens(const Config& config) {
+  std::map<std::string, std::string> first_use;  // hash -> path of its first use
+  auto check = [&](const std::vector<std::string>& tokens, const std::string& path) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string p = Index(path, i);
+      auto [it, inserted] = first_use.emplace(tokens[i], p);
+      if (!inserted)
+        Problem(p, "same token hash as " + it->second +
+                       "; a token must select exactly one domain or the operator");
+    }
+  };
+  check(config.operator_token_sha256, "operator_token_sha256");
+  for (const auto& [name, d] : config.domains)
+    check(d.token_sha256, Join(Join("domains", name), "token_sha256"));
+}
+
+std::string StripJsonExceptionId(const std::string& what) {
+  // nlohmann messages start with "[json.exception.parse_error.101] ".
+  size_t close = what.find("] ");
+  return (what.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
+             ? what.substr(close + 2)
+             : what;
+}
+
+}  // namespace
+
+std::string FormatConfigProblem(const ConfigProblem& problem) {
+  return problem.path.empty() ? problem.reason : problem.path + ": " + problem.reason;
+}
+
+std::vector<ConfigProblem> ParseConfigRelativeTo(const std::string& json_text,
+                                                 const std::string& base_dir, Config* out) {
+  std::vector<ConfigProblem> problems;
+  DuplicateKeyTracker dups(&problems);
+  json root;
+  try {
+    root = json::parse(json_text, [&dups](int, json::parse_event_t event, json& parsed) {
+      return dups.OnEvent(event, parsed);
+    });
+  } catch (const json::parse_error& e) {
+    problems.clear();  // duplicate-key reports from a half-parsed document are noise
+    problems.push_back({"", "malformed JSON at byte " + std::to_string(e.byte) + ": " +
+                                StripJsonExceptionId(e.what())});
+    return problems;
+  } catch (const json::exception& e) {
+    problems.clear();
+    problems.push_back({"", "malformed JSON: " + StripJsonExceptionId(e.what())});
+    return problems;
+  }
+  std::string base;
+  if (!base_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::path abs = std::filesystem::absolute(base_dir, ec);
+    base = ec ? base_dir : abs.lexically_normal().string();
+  }
+  ConfigReader(base, &problems).Read(root, out);
+  return problems;
+}
+
+std::vector<ConfigProblem> ParseConfig(const std::string& json_text, Config* out) {
+  return ParseConfigRelativeTo(json_text, "", out);
+}
+
+std::vector<ConfigProblem> LoadConfigFile(const std::string& path, Config* out) {
+  std::string why = CheckReadableFile(path);
+  if (!why.empty()) return {{"", why}};
+  std::string text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {{"", "cannot read config file '" + path + "': " + std::strerror(errno)}};
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int saved = errno;
+      ::close(fd);
+      return {{"", "cannot read config file '" + path + "': " + std::strerror(saved)}};
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return ParseConfigRelativeTo(text, dir.empty() ? "." : dir, out);
+}
+
+std::vector<ConfigProblem> CollectConfigWarnings(const Config& config) {
+  std::vector<ConfigProblem> warnings;
+  for (const auto& [name, d] : config.domains) {
+    const std::string build = Join(Join("domains", name), "build");
+    if (d.build.mode == "containerfile" && d.build.containerfile.network)
+      warnings.push_back(
+          {Join(build, "containerfile.network"), "RUN steps of this domain can reach the network"});
+    if (d.build.mode == "containerfile" && d.build.layered)
+      warnings.push_back({Join(build, "layered"), "ignored because build.mode is containerfile"});
+  }
+  return warnings;
+}
+
+int CheckConfigCommand(const std::string& path, std::ostream& out, std::ostream& err) {
+  Config config;
+  std::vector<ConfigProblem> problems = LoadConfigFile(path, &config);
+  for (const ConfigProblem& p : problems)
+    err << (p.path.empty() ? path : p.path) << ": " << p.reason << "\n";
+  for (const ConfigProblem& w : CollectConfigWarnings(config))
+    out << "WARNING: " << FormatConfigProblem(w) << "\n";
+  if (!problems.empty()) return 1;
+  out << "config OK: " << config.domains.size() << " domains, " << config.registries.size()
+      << " registries\n";
+  return 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,829 @@
+#include "config/config_parser.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kHashA(64, 'a');
+const std::string kHashB(64, 'b');
+const std::string kHashC(64, 'c');
+const std::string kDigest = "sha256:" + std::string(64, 'd');
+
+std::string Describe(const std::vector<ConfigProblem>& problems) {
+  std::string s;
+  for (const auto& p : problems) s += "  " + FormatConfigProblem(p) + "\n";
+  return s.empty() ? "  (no problems)\n" : s;
+}
+
+bool HasPath(const std::vector<ConfigProblem>& problems, const std::string& path) {
+  for (const auto& p : problems)
+    if (p.path == path) return true;
+  return false;
+}
+
+class ConfigParserTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kiln_config_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auth_file_ = dir_ + "/auth.json";
+    WriteFile(auth_file_, R"({"auths":{}})");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static void WriteFile(const std::string& path, const std::string& text) {
+    std::ofstream f(path);
+    f << text;
+  }
+
+  // A valid config with two domains: "epp" (layered, kubernetes) and "ranker" (containerfile).
+  json Valid() const {
+    return json{
+        {"server", {{"listen", "127.0.0.1:8700"}, {"state_dir", "/var/lib/kiln"}}},
+        {"registries", {{"local", {{"url", "http://127.0.0.1:5000"}, {"auth_file", auth_file_}}}}},
+        {"operator_token_sha256", {kHashC}},
+        {"domains",
+         {{"epp",
+           {{"token_sha256", {kHashA}},
+            {"build",
+             {{"mode", "layered"},
+              {"layered",
+               {{"base_image", "127.0.0.1:5000/base/static@" + kDigest},
+                {"command", {"go", "build", "-o", "out/app", "./cmd/app"}},
+                {"outputs", {{{"from", "out/app"}, {"to", "/app"}}}}}}}},
+            {"image", {{"registry", "local"}, {"repository", "loop/epp"}}},
+            {"deploy",
+             {{"type", "kubernetes"},
+              {"kubernetes",
+               {{"namespace", "inference"}, {"deployment", "epp"}, {"container", "epp"}}}}}}},
+          {"ranker",
+           {{"token_sha256", {kHashB}},
+            {"build", {{"mode", "containerfile"}}},
+            {"image", {{"registry", "local"}, {"repository", "loop/ranker"}}}}}}}};
+  }
+
+  std::vector<ConfigProblem> Parse(const json& j, Config* out = nullptr) {
+    Config local;
+    return ParseConfig(j.dump(), out ? out : &local);
+  }
+
+  // Asserts that `j` yields exactly one problem, at `path`.
+  void ExpectOnly(const json& j, const std::string& path) {
+    auto problems = Parse(j);
+    EXPECT_EQ(problems.size(), 1u) << "expected only " << path << ", got:\n" << Describe(problems);
+    EXPECT_TRUE(HasPath(problems, path)) << "expected " << path << ", got:\n" << Describe(problems);
+  }
+
+  std::string dir_;
+  std::string auth_file_;
+};
+
+TEST_F(ConfigParserTest, ValidConfigParsesIntoStructs) {
+  json j = Valid();
+  j["log_level"] = "debug";
+  j["server"]["allowed_origins"] = {"https://ui.example.com", "http://localhost:3000"};
+  j["server"]["max_request_bytes"] = 2048;
+  j["server"]["max_sessions"] = 10;
+  j["server"]["max_inflight_per_session"] = 4;
+  j["scheduler"] = {{"max_parallel_builds", 8}, {"build_log_max_bytes", 65536}};
+  j["registries"]["local"]["ca_file"] = auth_file_;
+  json& epp = j["domains"]["epp"];
+  epp["weight"] = 7;
+  epp["tool_aliases"] = {{"build_epp", "build_candidate"}};
+  epp["build"]["timeout_s"] = 123;
+  epp["build"]["layered"]["env"] = {{"CGO_ENABLED", "0"}};
+  epp["build"]["layered"]["caches"] = {{"GOCACHE", "go-build"}};
+  epp["build"]["layered"]["entrypoint"] = {"/app", "--flag"};
+  epp["deploy"]["kubernetes"]["kubeconfig"] = auth_file_;
+  epp["deploy"]["kubernetes"]["rollout_timeout_s"] = 45;
+  json& ranker = j["domains"]["ranker"];
+  ranker["build"]["containerfile"] = {{"file", "build/Containerfile"},
+                                      {"context", "src"},
+                                      {"target", "runtime"},
+                                      {"build_args", {{"VERSION", "1"}}},
+                                      {"network", true}};
+  ranker["deploy"] = {{"type", "local"}, {"local", {{"port", 9100}, {"health_path", "/ready"}}}};
+
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.server.listen, "127.0.0.1:8700");
+  EXPECT_EQ(c.server.state_dir, "/var/lib/kiln");
+  EXPECT_EQ(c.server.allowed_origins,
+            (std::vector<std::string>{"https://ui.example.com", "http://localhost:3000"}));
+  EXPECT_EQ(c.server.max_request_bytes, 2048);
+  EXPECT_EQ(c.server.max_sessions, 10);
+  EXPECT_EQ(c.server.max_inflight_per_session, 4);
+  EXPECT_EQ(c.scheduler.max_parallel_builds, 8);
+  EXPECT_EQ(c.scheduler.build_log_max_bytes, 65536);
+  ASSERT_EQ(c.registries.size(), 1u);
+  const RegistryConfig& r = c.registries.at("local");
+  EXPECT_EQ(r.name, "local");
+  EXPECT_EQ(r.url, "http://127.0.0.1:5000");
+  EXPECT_EQ(r.auth_file, auth_file_);
+  EXPECT_EQ(r.ca_file, auth_file_);
+  EXPECT_EQ(c.operator_token_sha256, std::vector<std::string>{kHashC});
+
+  ASSERT_EQ(c.domains.size(), 2u);
+  const DomainConfig& e = c.domains.at("epp");
+  EXPECT_EQ(e.name, "epp");
+  EXPECT_EQ(e.token_sha256, std::vector<std::string>{kHashA});
+  EXPECT_EQ(e.weight, 7);
+  EXPECT_EQ(e.tool_aliases.at("build_epp"), "build_candidate");
+  EXPECT_EQ(e.build.mode, "layered");
+  EXPECT_EQ(e.build.timeout_s, 123);
+  ASSERT_TRUE(e.build.layered.has_value());
+  EXPECT_EQ(e.build.layered->base_image, "127.0.0.1:5000/base/static@" + kDigest);
+  EXPECT_EQ(e.build.layered->command.size(), 5u);
+  EXPECT_EQ(e.build.layered->command[0], "go");
+  EXPECT_EQ(e.build.layered->env.at("CGO_ENABLED"), "0");
+  EXPECT_EQ(e.build.layered->caches.at("GOCACHE"), "go-build");
+  ASSERT_EQ(e.build.layered->outputs.size(), 1u);
+  EXPECT_EQ(e.build.layered->outputs[0].from, "out/app");
+  EXPECT_EQ(e.build.layered->outputs[0].to, "/app");
+  EXPECT_EQ(e.build.layered->entrypoint, (std::vector<std::string>{"/app", "--flag"}));
+  EXPECT_EQ(e.image.registry, "local");
+  EXPECT_EQ(e.image.repository, "loop/epp");
+  EXPECT_EQ(e.deploy.type, "kubernetes");
+  ASSERT_TRUE(e.deploy.kubernetes.has_value());
+  EXPECT_EQ(e.deploy.kubernetes->namespace_, "inference");
+  EXPECT_EQ(e.deploy.kubernetes->deployment, "epp");
+  EXPECT_EQ(e.deploy.kubernetes->container, "epp");
+  EXPECT_EQ(e.deploy.kubernetes->kubeconfig, auth_file_);
+  EXPECT_EQ(e.deploy.kubernetes->rollout_timeout_s, 45);
+
+  const DomainConfig& k = c.domains.at("ranker");
+  EXPECT_EQ(k.build.mode, "containerfile");
+  EXPECT_EQ(k.build.containerfile.file, "build/Containerfile");
+  EXPECT_EQ(k.build.containerfile.context, "src");
+  EXPECT_EQ(k.build.containerfile.target, "runtime");
+  EXPECT_EQ(k.build.containerfile.build_args.at("VERSION"), "1");
+  EXPECT_TRUE(k.build.containerfile.network);
+  EXPECT_FALSE(k.build.layered.has_value());
+  EXPECT_EQ(k.deploy.type, "local");
+  ASSERT_TRUE(k.deploy.local.has_value());
+  EXPECT_EQ(k.deploy.local->port, 9100);
+  EXPECT_EQ(k.deploy.local->health_path, "/ready");
+}
+
+TEST_F(ConfigParserTest, OmittedOptionalSectionsGetDefaults) {
+  json j = Valid();
+  j["server"].erase("listen");
+  j["domains"]["ranker"]["deploy"] = {{"type", "local"}};
+  j["domains"]["epp"]["deploy"]["kubernetes"].erase("kubeconfig");
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.log_level, "info");
+  EXPECT_EQ(c.server.listen, "127.0.0.1:8700");
+  EXPECT_EQ(c.server.max_request_bytes, 1 << 20);
+  EXPECT_EQ(c.server.max_sessions, 256);
+  EXPECT_EQ(c.server.max_inflight_per_session, 32);
+  EXPECT_EQ(c.scheduler.max_parallel_builds, 2);
+  EXPECT_EQ(c.scheduler.build_log_max_bytes, 4 << 20);
+  const DomainConfig& k = c.domains.at("ranker");
+  EXPECT_EQ(k.weight, 1);
+  EXPECT_EQ(k.build.timeout_s, 600);
+  EXPECT_EQ(k.build.containerfile.file, "Containerfile");
+  EXPECT_EQ(k.build.containerfile.context, ".");
+  EXPECT_FALSE(k.build.containerfile.target.has_value());
+  EXPECT_FALSE(k.build.containerfile.network);
+  ASSERT_TRUE(k.deploy.local.has_value());
+  EXPECT_EQ(k.deploy.local->port, 9000);
+  EXPECT_EQ(k.deploy.local->health_path, "/healthz");
+  EXPECT_FALSE(c.domains.at("epp").deploy.kubernetes->kubeconfig.has_value());
+  EXPECT_EQ(c.domains.at("epp").deploy.kubernetes->rollout_timeout_s, 300);
+
+  j["domains"]["ranker"].erase("deploy");
+  Config c2;
+  ASSERT_TRUE(Parse(j, &c2).empty());
+  EXPECT_EQ(c2.domains.at("ranker").deploy.type, "none");
+}
+
+TEST_F(ConfigParserTest, MalformedJsonReportsByteOffset) {
+  Config c;
+  auto problems = ParseConfig(R"({"server": })", &c);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].path, "");
+  EXPECT_NE(problems[0].reason.find("malformed JSON at byte 12"), std::string::npos)
+      << problems[0].reason;
+
+  problems = ParseConfig("", &c);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].reason.find("malformed JSON at byte"), std::string::npos);
+}
+
+TEST_F(ConfigParserTest, TopLevelMustBeObject) {
+  Config c;
+  auto problems = ParseConfig("[1, 2]", &c);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].path, "");
+}
+
+TEST_F(ConfigParserTest, DuplicateKeysAreReportedWithTheirPath) {
+  std::string text = Valid().dump();
+  // Insert a second "weight" into domains.epp and a second "listen" into server.
+  text.replace(text.find("\"epp\":{") + 7, 0, R"("weight":1,"weight":2,)");
+  text.replace(text.find("\"server\":{") + 10, 0, R"("listen":"127.0.0.1:1",)");
+  Config c;
+  auto problems = ParseConfig(text, &c);
+  EXPECT_TRUE(HasPath(problems, "domains.epp.weight")) << Describe(problems);
+  EXPECT_TRUE(HasPath(problems, "server.listen")) << Describe(problems);
+  EXPECT_EQ(problems.size(), 2u) << Describe(problems);
+}
+
+TEST_F(ConfigParserTest, DuplicateKeyInsideArrayElementHasIndexedPath) {
+  json j = Valid();
+  std::string text = j.dump();
+  text.replace(text.find("\"from\":"), 0, R"("to":"/x",)");
+  Config c;
+  auto problems = ParseConfig(text, &c);
+  EXPECT_TRUE(HasPath(problems, "domains.epp.build.layered.outputs[0].to")) << Describe(problems);
+}
+
+TEST_F(ConfigParserTest, UnknownKeysAreRejectedAtEveryLevel) {
+  const std::vector<std::pair<json::json_pointer, std::string>> cases = {
+      {json::json_pointer(""), "bogus"},
+      {json::json_pointer("/server"), "server.bogus"},
+      {json::json_pointer("/registries/local"), "registries.local.bogus"},
+      {json::json_pointer("/domains/epp"), "domains.epp.bogus"},
+      {json::json_pointer("/domains/epp/build"), "domains.epp.build.bogus"},
+      {json::json_pointer("/domains/epp/build/layered"), "domains.epp.build.layered.bogus"},
+      {json::json_pointer("/domains/epp/build/layered/outputs/0"),
+       "domains.epp.build.layered.outputs[0].bogus"},
+      {json::json_pointer("/domains/epp/image"), "domains.epp.image.bogus"},
+      {json::json_pointer("/domains/epp/deploy"), "domains.epp.deploy.bogus"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes"), "domains.epp.deploy.kubernetes.bogus"},
+  };
+  for (const auto& [ptr, path] : cases) {
+    json j = Valid();
+    j[ptr]["bogus"] = 1;
+    ExpectOnly(j, path);
+  }
+  json j = Valid();
+  j["scheduler"] = {{"max_paralel_builds", 3}};
+  ExpectOnly(j, "scheduler.max_paralel_builds");
+  j = Valid();
+  j["domains"]["ranker"]["build"]["containerfile"] = {{"fiel", "Containerfile"}};
+  ExpectOnly(j, "domains.ranker.build.containerfile.fiel");
+  j = Valid();
+  j["domains"]["ranker"]["deploy"] = {{"type", "local"}, {"local", {{"prot", 1}}}};
+  ExpectOnly(j, "domains.ranker.deploy.local.prot");
+}
+
+TEST_F(ConfigParserTest, UnknownKeyReasonListsTheAllowedKeys) {
+  json j = Valid();
+  j["scheduler"] = {{"max_paralel_builds", 3}};
+  auto problems = Parse(j);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].reason.find("max_parallel_builds"), std::string::npos);
+}
+
+TEST_F(ConfigParserTest, WrongTypesAreReported) {
+  const std::vector<std::tuple<json::json_pointer, json, std::string>> cases = {
+      {json::json_pointer("/server"), "x", "server"},
+      {json::json_pointer("/server/listen"), 8700, "server.listen"},
+      {json::json_pointer("/server/allowed_origins"), "x", "server.allowed_origins"},
+      {json::json_pointer("/server/allowed_origins"), {1}, "server.allowed_origins[0]"},
+      {json::json_pointer("/scheduler"),
+       {{"max_parallel_builds", "2"}},
+       "scheduler.max_parallel_builds"},
+      {json::json_pointer("/scheduler"),
+       {{"max_parallel_builds", 2.5}},
+       "scheduler.max_parallel_builds"},
+      {json::json_pointer("/scheduler"),
+       {{"max_parallel_builds", true}},
+       "scheduler.max_parallel_builds"},
+      {json::json_pointer("/registries/local/auth_file"), 5, "registries.local.auth_file"},
+      {json::json_pointer("/domains/epp/token_sha256"), kHashA, "domains.epp.token_sha256"},
+      {json::json_pointer("/domains/epp/weight"), "1", "domains.epp.weight"},
+      {json::json_pointer("/domains/epp/build"), json::array(), "domains.epp.build"},
+      {json::json_pointer("/domains/epp/build/layered/env"),
+       {{"A", 1}},
+       "domains.epp.build.layered.env.A"},
+      {json::json_pointer("/domains/epp/build/layered/outputs"), "out",
+       "domains.epp.build.layered.outputs"},
+      {json::json_pointer("/domains/epp/build/layered/outputs/0"), "out",
+       "domains.epp.build.layered.outputs[0]"},
+      {json::json_pointer("/domains/ranker/build/containerfile"),
+       {{"network", "yes"}},
+       "domains.ranker.build.containerfile.network"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes/kubeconfig"), false,
+       "domains.epp.deploy.kubernetes.kubeconfig"},
+      {json::json_pointer("/log_level"), 3, "log_level"},
+  };
+  for (const auto& [ptr, value, path] : cases) {
+    json j = Valid();
+    j[ptr] = value;
+    auto problems = Parse(j);
+    EXPECT_TRUE(HasPath(problems, path)) << path << " got:\n" << Describe(problems);
+    if (path == "server") {
+      // server.state_dir is then missing too; nothing else.
+      EXPECT_EQ(problems.size(), 1u) << Describe(problems);
+    }
+  }
+}
+
+TEST_F(ConfigParserTest, MissingRequiredFieldsAreReported) {
+  const std::vector<std::pair<json::json_pointer, std::string>> cases = {
+      {json::json_pointer("/server/state_dir"), "server.state_dir"},
+      {json::json_pointer("/server"), "server"},
+      {json::json_pointer("/domains"), "domains"},
+      {json::json_pointer("/registries"), "registries"},
+      {json::json_pointer("/domains/epp/token_sha256"), "domains.epp.token_sha256"},
+      {json::json_pointer("/domains/epp/build"), "domains.epp.build"},
+      {json::json_pointer("/domains/epp/build/mode"), "domains.epp.build.mode"},
+      {json::json_pointer("/domains/epp/image"), "domains.epp.image"},
+      {json::json_pointer("/domains/epp/image/registry"), "domains.epp.image.registry"},
+      {json::json_pointer("/domains/epp/image/repository"), "domains.epp.image.repository"},
+      {json::json_pointer("/domains/epp/build/layered"), "domains.epp.build.layered"},
+      {json::json_pointer("/domains/epp/build/layered/base_image"),
+       "domains.epp.build.layered.base_image"},
+      {json::json_pointer("/domains/epp/build/layered/command"),
+       "domains.epp.build.layered.command"},
+      {json::json_pointer("/domains/epp/build/layered/outputs"),
+       "domains.epp.build.layered.outputs"},
+      {json::json_pointer("/domains/epp/deploy/type"), "domains.epp.deploy.type"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes"), "domains.epp.deploy.kubernetes"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes/namespace"),
+       "domains.epp.deploy.kubernetes.namespace"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes/deployment"),
+       "domains.epp.deploy.kubernetes.deployment"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes/container"),
+       "domains.epp.deploy.kubernetes.container"},
+      {json::json_pointer("/registries/local/url"), "registries.local.url"},
+  };
+  for (const auto& [ptr, path] : cases) {
+    json j = Valid();
+    j[ptr.parent_pointer()].erase(ptr.back());
+    auto problems = Parse(j);
+    EXPECT_TRUE(HasPath(problems, path)) << path << " got:\n" << Describe(problems);
+  }
+  // Removing the registries also makes every image.registry unknown; removing server only
+  // reports server (not server.state_dir).
+  json j = Valid();
+  j.erase("server");
+  ExpectOnly(j, "server");
+  j = Valid();
+  j["domains"]["epp"]["build"].erase("layered");
+  ExpectOnly(j, "domains.epp.build.layered");
+}
+
+TEST_F(ConfigParserTest, EmptyListsWhereOneIsRequired) {
+  json j = Valid();
+  j["domains"]["epp"]["token_sha256"] = json::array();
+  ExpectOnly(j, "domains.epp.token_sha256");
+  j = Valid();
+  j["domains"] = json::object();
+  ExpectOnly(j, "domains");
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["command"] = json::array();
+  ExpectOnly(j, "domains.epp.build.layered.command");
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["outputs"] = json::array();
+  ExpectOnly(j, "domains.epp.build.layered.outputs");
+  j = Valid();
+  j["domains"]["epp"]["image"]["repository"] = "";
+  ExpectOnly(j, "domains.epp.image.repository");
+}
+
+TEST_F(ConfigParserTest, UnknownRegistryNameAndUnmatchedBaseImageHost) {
+  json j = Valid();
+  j["domains"]["epp"]["image"]["registry"] = "remote";
+  ExpectOnly(j, "domains.epp.image.registry");
+
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["base_image"] = "127.0.0.1:5001/base/static@" + kDigest;
+  ExpectOnly(j, "domains.epp.build.layered.base_image");
+
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["base_image"] = "docker.io/library/alpine@" + kDigest;
+  ExpectOnly(j, "domains.epp.build.layered.base_image");
+
+  // A second registry makes the same base image valid.
+  j["registries"]["hub"] = {{"url", "https://docker.io"}};
+  auto problems = Parse(j);
+  EXPECT_TRUE(problems.empty()) << Describe(problems);
+}
+
+TEST_F(ConfigParserTest, MalformedDigestsAreRejected) {
+  const std::string repo = "127.0.0.1:5000/base/static";
+  for (const std::string& bad :
+       {repo,                                              // not pinned
+        repo + ":latest",                                  // tag, not digest
+        repo + "@sha256:" + std::string(63, 'd'),          // short
+        repo + "@sha256:" + std::string(65, 'd'),          // long
+        repo + "@sha256:" + std::string(64, 'D'),          // uppercase
+        repo + "@sha512:" + std::string(64, 'd'),          // wrong algorithm
+        repo + ":v1@" + kDigest,                           // tag and digest
+        std::string("127.0.0.1:5000@") + kDigest,          // no repository
+        std::string("127.0.0.1:5000/Base@") + kDigest}) {  // uppercase repository
+    json j = Valid();
+    j["domains"]["epp"]["build"]["layered"]["base_image"] = bad;
+    auto problems = Parse(j);
+    EXPECT_EQ(problems.size(), 1u) << bad << ":\n" << Describe(problems);
+    EXPECT_TRUE(HasPath(problems, "domains.epp.build.layered.base_image")) << bad;
+  }
+}
+
+TEST_F(ConfigParserTest, MalformedTokenHashesAreRejected) {
+  for (const std::string& bad : {std::string(63, 'a'), std::string(64, 'A'),
+                                 std::string(63, 'a') + "g", std::string("secret-token")}) {
+    json j = Valid();
+    j["domains"]["epp"]["token_sha256"] = {kHashA, bad};
+    ExpectOnly(j, "domains.epp.token_sha256[1]");
+  }
+  json j = Valid();
+  j["operator_token_sha256"] = {"nothex"};
+  ExpectOnly(j, "operator_token_sha256[0]");
+}
+
+TEST_F(ConfigParserTest, TokenHashSharedByTwoDomainsIsAProblem) {
+  json j = Valid();
+  j["domains"]["ranker"]["token_sha256"] = {kHashB, kHashA};
+  auto problems = Parse(j);
+  ASSERT_EQ(problems.size(), 1u) << Describe(problems);
+  EXPECT_EQ(problems[0].path, "domains.ranker.token_sha256[1]");
+  EXPECT_NE(problems[0].reason.find("domains.epp.token_sha256[0]"), std::string::npos);
+
+  j = Valid();
+  j["operator_token_sha256"] = {kHashB};
+  ExpectOnly(j, "domains.ranker.token_sha256[0]");
+}
+
+TEST_F(ConfigParserTest, OutOfRangeLimitsAreRejectedAndBoundsAccepted) {
+  struct Case {
+    json::json_pointer ptr;
+    int64_t lo, hi;
+    std::string path;
+  };
+  const std::vector<Case> cases = {
+      {json::json_pointer("/scheduler/max_parallel_builds"), 1, 64,
+       "scheduler.max_parallel_builds"},
+      {json::json_pointer("/scheduler/build_log_max_bytes"), 4096, int64_t{1} << 30,
+       "scheduler.build_log_max_bytes"},
+      {json::json_pointer("/server/max_request_bytes"), 1024, int64_t{1} << 30,
+       "server.max_request_bytes"},
+      {json::json_pointer("/server/max_sessions"), 1, 100000, "server.max_sessions"},
+      {json::json_pointer("/server/max_inflight_per_session"), 1, 1024,
+       "server.max_inflight_per_session"},
+      {json::json_pointer("/domains/epp/weight"), 1, 1000, "domains.epp.weight"},
+      {json::json_pointer("/domains/epp/build/timeout_s"), 1, 86400, "domains.epp.build.timeout_s"},
+      {json::json_pointer("/domains/epp/deploy/kubernetes/rollout_timeout_s"), 1, 86400,
+       "domains.epp.deploy.kubernetes.rollout_timeout_s"},
+      {json::json_pointer("/domains/ranker/deploy/local/port"), 1, 65535,
+       "domains.ranker.deploy.local.port"},
+  };
+  for (const Case& c : cases) {
+    for (int64_t v : {c.lo - 1, c.hi + 1, int64_t{-1}}) {
+      json j = Valid();
+      j["domains"]["ranker"]["deploy"] = {{"type", "local"}};
+      j[c.ptr] = v;
+      ExpectOnly(j, c.path);
+    }
+    for (int64_t v : {c.lo, c.hi}) {
+      json j = Valid();
+      j["domains"]["ranker"]["deploy"] = {{"type", "local"}};
+      j[c.ptr] = v;
+      auto problems = Parse(j);
+      EXPECT_TRUE(problems.empty()) << c.path << "=" << v << "\n" << Describe(problems);
+    }
+  }
+  json j = Valid();
+  j["scheduler"]["max_parallel_builds"] = 18446744073709551615u;
+  ExpectOnly(j, "scheduler.max_parallel_builds");
+}
+
+TEST_F(ConfigParserTest, ListenMustBeHostPort) {
+  for (const char* bad : {"8700", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:http",
+                          ":8700", "::1:8700", "host name:80"}) {
+    json j = Valid();
+    j["server"]["listen"] = bad;
+    ExpectOnly(j, "server.listen");
+  }
+  for (const char* good : {"0.0.0.0:1", "localhost:65535", "[::1]:8700"}) {
+    json j = Valid();
+    j["server"]["listen"] = good;
+    auto problems = Parse(j);
+    EXPECT_TRUE(problems.empty()) << good << "\n" << Describe(problems);
+  }
+}
+
+TEST_F(ConfigParserTest, RegistryUrlMustBeHttpOrHttpsBase) {
+  for (const char* bad :
+       {"127.0.0.1:5000", "ftp://127.0.0.1:5000", "http://", "http://127.0.0.1:99999",
+        "http://user:pass@127.0.0.1:5000", "http://127.0.0.1:5000/v2"}) {
+    json j = Valid();
+    j["registries"]["local"]["url"] = bad;
+    auto problems = Parse(j);
+    EXPECT_TRUE(HasPath(problems, "registries.local.url")) << bad << "\n" << Describe(problems);
+    for (const auto& p : problems) EXPECT_EQ(p.reason.find("pass"), std::string::npos);
+  }
+  json j = Valid();
+  j["registries"]["local"]["url"] = "https://127.0.0.1:5000/";
+  j["server"]["allowed_origins"] = {"ftp://x"};
+  ExpectOnly(j, "server.allowed_origins[0]");
+}
+
+TEST_F(ConfigParserTest, UnreadableFilesAreProblems) {
+  json j = Valid();
+  j["registries"]["local"]["auth_file"] = dir_ + "/missing.json";
+  ExpectOnly(j, "registries.local.auth_file");
+
+  fs::create_directory(dir_ + "/a_dir");
+  j = Valid();
+  j["registries"]["local"]["auth_file"] = dir_ + "/a_dir";
+  ExpectOnly(j, "registries.local.auth_file");
+
+  j = Valid();
+  j["registries"]["local"]["ca_file"] = dir_ + "/missing.pem";
+  ExpectOnly(j, "registries.local.ca_file");
+
+  j = Valid();
+  j["domains"]["epp"]["deploy"]["kubernetes"]["kubeconfig"] = dir_ + "/a_dir";
+  ExpectOnly(j, "domains.epp.deploy.kubernetes.kubeconfig");
+
+  // null auth_file / ca_file means none.
+  j = Valid();
+  j["registries"]["local"]["auth_file"] = nullptr;
+  j["registries"]["local"]["ca_file"] = nullptr;
+  Config c;
+  auto problems = Parse(j, &c);
+  EXPECT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_FALSE(c.registries.at("local").auth_file.has_value());
+}
+
+TEST_F(ConfigParserTest, FileWithModeZeroIsReportedWhenNotRoot) {
+  std::string f = dir_ + "/locked.json";
+  WriteFile(f, "{}");
+  ASSERT_EQ(chmod(f.c_str(), 0), 0);
+  json j = Valid();
+  j["registries"]["local"]["auth_file"] = f;
+  auto problems = Parse(j);
+  // root reads mode-000 files, so this only bites for other users; it must never crash.
+  EXPECT_EQ(HasPath(problems, "registries.local.auth_file"), geteuid() != 0) << Describe(problems);
+}
+
+TEST_F(ConfigParserTest, InvalidNamesAreRejected) {
+  json j = Valid();
+  j["domains"]["bad/name"] = j["domains"]["ranker"];
+  j["domains"]["bad/name"]["token_sha256"] = {std::string(64, 'e')};
+  ExpectOnly(j, "domains.bad/name");
+
+  j = Valid();
+  j["domains"]["-x"] = j["domains"]["ranker"];
+  j["domains"]["-x"]["token_sha256"] = {std::string(64, 'e')};
+  ExpectOnly(j, "domains.-x");
+
+  j = Valid();
+  j["registries"]["bad name"] = {{"url", "http://127.0.0.1:5001"}};
+  ExpectOnly(j, "registries.bad name");
+
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["caches"] = {{"GOCACHE", "../escape"}};
+  ExpectOnly(j, "domains.epp.build.layered.caches.GOCACHE");
+
+  j = Valid();
+  j["domains"]["epp"]["image"]["repository"] = "Loop/App";
+  ExpectOnly(j, "domains.epp.image.repository");
+
+  j = Valid();
+  j["domains"]["epp"]["deploy"]["kubernetes"]["namespace"] = "Inference";
+  ExpectOnly(j, "domains.epp.deploy.kubernetes.namespace");
+}
+
+TEST_F(ConfigParserTest, ToolAliasesAreValidated) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"Build", "build_candidate"}}, "domains.epp.tool_aliases.Build"},
+      {{{"1build", "build_candidate"}}, "domains.epp.tool_aliases.1build"},
+      {{{"build-epp", "build_candidate"}}, "domains.epp.tool_aliases.build-epp"},
+      {{{std::string(65, 'a'), "build_candidate"}},
+       "domains.epp.tool_aliases." + std::string(65, 'a')},
+      {{{"build_log", "build_candidate"}}, "domains.epp.tool_aliases.build_log"},
+      {{{"build_epp", "build"}}, "domains.epp.tool_aliases.build_epp"},
+      {{{"build_epp", 1}}, "domains.epp.tool_aliases.build_epp"},
+  };
+  for (const auto& [aliases, path] : cases) {
+    json j = Valid();
+    j["domains"]["epp"]["tool_aliases"] = aliases;
+    ExpectOnly(j, path);
+  }
+  json j = Valid();
+  j["domains"]["epp"]["tool_aliases"] = {{std::string("a") + std::string(63, '0'), "build_log"},
+                                         {"status_epp", "candidate_status"}};
+  auto problems = Parse(j);
+  EXPECT_TRUE(problems.empty()) << Describe(problems);
+}
+
+TEST_F(ConfigParserTest, EnumsAreValidated) {
+  json j = Valid();
+  j["domains"]["epp"]["build"]["mode"] = "docker";
+  ExpectOnly(j, "domains.epp.build.mode");
+  j = Valid();
+  j["domains"]["epp"]["deploy"]["type"] = "helm";
+  ExpectOnly(j, "domains.epp.deploy.type");
+  j = Valid();
+  j["log_level"] = "verbose";
+  ExpectOnly(j, "log_level");
+}
+
+TEST_F(ConfigParserTest, PathsInBuildSectionsAreValidated) {
+  const std::vector<std::pair<json::json_pointer, std::string>> relative = {
+      {json::json_pointer("/domains/ranker/build/containerfile/file"),
+       "domains.ranker.build.containerfile.file"},
+      {json::json_pointer("/domains/ranker/build/containerfile/context"),
+       "domains.ranker.build.containerfile.context"},
+      {json::json_pointer("/domains/epp/build/layered/outputs/0/from"),
+       "domains.epp.build.layered.outputs[0].from"},
+  };
+  for (const auto& [ptr, path] : relative) {
+    for (const char* bad : {"/etc/passwd", "..", "../x", "a/../../x", "a/.."}) {
+      json j = Valid();
+      j[ptr] = bad;
+      ExpectOnly(j, path);
+    }
+    for (const char* good : {"a/b", ".", "a..b/c", "./x"}) {
+      json j = Valid();
+      j[ptr] = good;
+      auto problems = Parse(j);
+      EXPECT_TRUE(problems.empty()) << path << "=" << good << "\n" << Describe(problems);
+    }
+  }
+  for (const char* bad : {"app", "out/app", "/a/../b"}) {
+    json j = Valid();
+    j["domains"]["epp"]["build"]["layered"]["outputs"][0]["to"] = bad;
+    ExpectOnly(j, "domains.epp.build.layered.outputs[0].to");
+  }
+}
+
+TEST_F(ConfigParserTest, EnvAndBuildArgNamesAreValidated) {
+  json j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["env"] = {{"GOOD_1", "x"}, {"1BAD", "x"}};
+  ExpectOnly(j, "domains.epp.build.layered.env.1BAD");
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["env"] = {{"A=B", "x"}};
+  ExpectOnly(j, "domains.epp.build.layered.env.A=B");
+  j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["caches"] = {{"GO CACHE", "go-build"}};
+  ExpectOnly(j, "domains.epp.build.layered.caches.GO CACHE");
+  j = Valid();
+  j["domains"]["ranker"]["build"]["containerfile"] = {{"build_args", {{"X-Y", "1"}}}};
+  ExpectOnly(j, "domains.ranker.build.containerfile.build_args.X-Y");
+}
+
+TEST_F(ConfigParserTest, EveryProblemIsReportedAtOnce) {
+  json j = Valid();
+  j["bogus"] = true;
+  j["server"].erase("state_dir");
+  j["scheduler"] = {{"max_parallel_builds", 0}};
+  j["registries"]["local"]["auth_file"] = dir_ + "/missing.json";
+  j["domains"]["epp"]["build"]["timeout_s"] = 0;
+  j["domains"]["epp"]["image"]["registry"] = "nope";
+  j["domains"]["ranker"]["token_sha256"] = {"XYZ"};
+  j["domains"]["ranker"]["deploy"] = {{"type", "local"}, {"local", {{"port", 70000}}}};
+  auto problems = Parse(j);
+  for (const char* path :
+       {"bogus", "server.state_dir", "scheduler.max_parallel_builds", "registries.local.auth_file",
+        "domains.epp.build.timeout_s", "domains.epp.image.registry",
+        "domains.ranker.token_sha256[0]", "domains.ranker.deploy.local.port"}) {
+    EXPECT_TRUE(HasPath(problems, path)) << path << "\n" << Describe(problems);
+  }
+  EXPECT_EQ(problems.size(), 8u) << Describe(problems);
+}
+
+TEST_F(ConfigParserTest, LoadConfigFileResolvesRelativePathsAgainstItsDirectory) {
+  fs::create_directory(dir_ + "/conf");
+  WriteFile(dir_ + "/conf/registry-auth.json", "{}");
+  json j = Valid();
+  j["server"]["state_dir"] = "state";
+  j["registries"]["local"]["auth_file"] = "registry-auth.json";
+  j["domains"]["epp"]["deploy"]["kubernetes"]["kubeconfig"] = "../conf/registry-auth.json";
+  WriteFile(dir_ + "/conf/kiln.json", j.dump(2));
+
+  Config c;
+  auto problems = LoadConfigFile(dir_ + "/conf/kiln.json", &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.server.state_dir, dir_ + "/conf/state");
+  EXPECT_EQ(c.registries.at("local").auth_file, dir_ + "/conf/registry-auth.json");
+  EXPECT_EQ(c.domains.at("epp").deploy.kubernetes->kubeconfig, dir_ + "/conf/registry-auth.json");
+
+  // The same text parsed from another directory does not find the auth file.
+  Config c2;
+  problems = ParseConfigRelativeTo(j.dump(), dir_, &c2);
+  EXPECT_TRUE(HasPath(problems, "registries.local.auth_file")) << Describe(problems);
+  EXPECT_EQ(c2.registries.at("local").auth_file, dir_ + "/registry-auth.json");
+}
+
+TEST_F(ConfigParserTest, LoadConfigFileReportsUnreadableFileWithEmptyPath) {
+  Config c;
+  auto problems = LoadConfigFile(dir_ + "/nope.json", &c);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].path, "");
+  EXPECT_NE(problems[0].reason.find("No such file"), std::string::npos) << problems[0].reason;
+
+  problems = LoadConfigFile(dir_, &c);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].path, "");
+}
+
+void CopyFile(const std::string& from, const std::string& to) {
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+}
+
+TEST_F(ConfigParserTest, ExampleConfigValidatesWhenItsAuthFileExists) {
+  CopyFile(std::string(KILN_CONFIG_EXAMPLES_DIR) + "/kiln.example.json", dir_ + "/kiln.json");
+  Config c;
+  auto problems = LoadConfigFile(dir_ + "/kiln.json", &c);
+  ASSERT_EQ(problems.size(), 1u) << Describe(problems);
+  EXPECT_EQ(problems[0].path, "registries.local.auth_file");
+
+  WriteFile(dir_ + "/registry-auth.json", R"({"auths":{}})");
+  Config c2;
+  problems = LoadConfigFile(dir_ + "/kiln.json", &c2);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c2.domains.size(), 2u);
+  EXPECT_EQ(c2.domains.at("epp").build.mode, "containerfile");
+  EXPECT_EQ(c2.domains.at("ranker").build.mode, "containerfile");
+  EXPECT_EQ(c2.registries.at("local").url, "http://127.0.0.1:5000");
+  EXPECT_EQ(c2.server.state_dir, dir_ + "/.kiln-state");
+  EXPECT_EQ(c2.domains.at("epp").deploy.type, "none");
+}
+
+TEST_F(ConfigParserTest, KubernetesLayeredExampleValidates) {
+  CopyFile(std::string(KILN_CONFIG_EXAMPLES_DIR) + "/kiln.k8s-layered.example.json",
+           dir_ + "/kiln.json");
+  WriteFile(dir_ + "/registry-auth.json", "{}");
+  WriteFile(dir_ + "/registry-ca.pem", "");
+  Config c;
+  auto problems = LoadConfigFile(dir_ + "/kiln.json", &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.domains.at("epp").build.mode, "layered");
+  EXPECT_EQ(c.domains.at("epp").deploy.type, "kubernetes");
+}
+
+TEST_F(ConfigParserTest, CheckConfigCommandOutputForValidConfig) {
+  json j = Valid();
+  WriteFile(dir_ + "/kiln.json", j.dump());
+  std::ostringstream out, err;
+  EXPECT_EQ(CheckConfigCommand(dir_ + "/kiln.json", out, err), 0);
+  EXPECT_EQ(out.str(), "config OK: 2 domains, 1 registries\n");
+  EXPECT_EQ(err.str(), "");
+}
+
+TEST_F(ConfigParserTest, CheckConfigCommandPrintsNetworkWarning) {
+  json j = Valid();
+  j["domains"]["ranker"]["build"]["containerfile"] = {{"network", true}};
+  WriteFile(dir_ + "/kiln.json", j.dump());
+  std::ostringstream out, err;
+  EXPECT_EQ(CheckConfigCommand(dir_ + "/kiln.json", out, err), 0);
+  EXPECT_EQ(out.str(),
+            "WARNING: domains.ranker.build.containerfile.network: RUN steps of this domain can "
+            "reach the network\n"
+            "config OK: 2 domains, 1 registries\n");
+  EXPECT_EQ(err.str(), "");
+}
+
+TEST_F(ConfigParserTest, CheckConfigCommandPrintsEveryProblem) {
+  json j = Valid();
+  j["domains"]["epp"]["weight"] = 0;
+  j["domains"]["ranker"]["image"]["registry"] = "nope";
+  WriteFile(dir_ + "/kiln.json", j.dump());
+  std::ostringstream out, err;
+  EXPECT_EQ(CheckConfigCommand(dir_ + "/kiln.json", out, err), 1);
+  EXPECT_EQ(err.str(),
+            "domains.epp.weight: must be between 1 and 1000, got 0\n"
+            "domains.ranker.image.registry: unknown registry 'nope' (not a key of registries)\n");
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST_F(ConfigParserTest, CheckConfigCommandNamesTheFileForDocumentProblems) {
+  std::string path = dir_ + "/kiln.json";
+  WriteFile(path, "{\"server\": ");
+  std::ostringstream out, err;
+  EXPECT_EQ(CheckConfigCommand(path, out, err), 1);
+  EXPECT_EQ(err.str().rfind(path + ": malformed JSON at byte ", 0), 0u) << err.str();
+  EXPECT_EQ(out.str(), "");
+
+  std::ostringstream out2, err2;
+  EXPECT_EQ(CheckConfigCommand(dir_ + "/nope.json", out2, err2), 1);
+  EXPECT_EQ(err2.str(),
+            dir_ + "/nope.json: cannot open '" + dir_ + "/nope.json': No such file or directory\n");
+}
+
+}  // namespace
+}  // namespace kiln

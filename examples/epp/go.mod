@@ -1,0 +1,3 @@
+module example.com/epp
+
+go 1.19

@@ -1,0 +1,3 @@
+module example.com/ranker
+
+go 1.19

@@ -1,0 +1,661 @@
+#include "transport/mcp_handler.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
+constexpr size_t kMaxStringIdBytes = 1024;
+
+const char* kLevelNames[] = {"debug", "info",     "notice", "warning",
+                             "error", "critical", "alert",  "emergency"};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string RandomHex128() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    // Fall back to the kernel CSPRNG; abort rather than hand out a guessable id.
+    std::ifstream urandom("/dev/urandom", std::ios::binary);
+    if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) std::abort();
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+HttpReply JsonReply(int status, const json& body) {
+  HttpReply r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = body.dump();
+  return r;
+}
+
+HttpReply ErrorReply(int status, int code, const std::string& message) {
+  return JsonReply(status, JsonRpcError(nullptr, code, message));
+}
+
+HttpReply EmptyReply(int status) {
+  HttpReply r;
+  r.status = status;
+  return r;
+}
+
+bool ValidId(const json& id) {
+  if (id.is_number_integer()) return true;  // also unsigned
+  return id.is_string() && id.get_ref<const std::string&>().size() <= kMaxStringIdBytes;
+}
+
+struct AcceptInfo {
+  bool json = false;
+  bool sse = false;           // explicitly lists text/event-stream
+  bool sse_wildcard = false;  // */* or text/*
+};
+
+AcceptInfo ParseAccept(const std::optional<std::string>& header) {
+  AcceptInfo a;
+  std::string h = Lower(header.value_or("*/*"));
+  if (h.empty()) h = "*/*";
+  a.json = h.find("application/json") != std::string::npos ||
+           h.find("application/*") != std::string::npos || h.find("*/*") != std::string::npos;
+  a.sse = h.find("text/event-stream") != std::string::npos;
+  a.sse_wildcard = h.find("*/*") != std::string::npos || h.find("text/*") != std::string::npos;
+  return a;
+}
+
+bool IsJsonContentType(const std::optional<std::string>& header) {
+  if (!header) return false;
+  std::string h = Lower(*header);
+  size_t semi = h.find(';');
+  if (semi != std::string::npos) h.resize(semi);
+  while (!h.empty() && h.back() == ' ') h.pop_back();
+  while (!h.empty() && h.front() == ' ') h.erase(h.begin());
+  return h == "application/json";
+}
+
+const std::vector<std::string>& KnownMethods() {
+  static const std::vector<std::string> kMethods = {
+      "initialize", "ping", "tools/list", "tools/call", "logging/setLevel",
+      "notifications/initialized", "notifications/cancelled"};
+  return kMethods;
+}
+
+std::string MetricMethod(const json& message) {
+  if (!message.is_object()) return "invalid";
+  auto it = message.find("method");
+  if (it == message.end() || !it->is_string()) {
+    return message.contains("result") || message.contains("error") ? "response" : "invalid";
+  }
+  const auto& m = it->get_ref<const std::string&>();
+  for (const auto& k : KnownMethods()) {
+    if (k == m) return m;
+  }
+  return m.rfind("notifications/", 0) == 0 ? "notifications/other" : "other";
+}
+
+}  // namespace
+
+bool IsSupportedMcpVersion(std::string_view version) {
+  for (const char* v : kVersions) {
+    if (version == v) return true;
+  }
+  return false;
+}
+
+std::optional<McpLogLevel> ParseMcpLogLevel(std::string_view name) {
+  for (int i = 0; i < 8; ++i) {
+    if (name == kLevelNames[i]) return static_cast<McpLogLevel>(i);
+  }
+  return std::nullopt;
+}
+
+const char* McpLogLevelName(McpLogLevel level) { return kLevelNames[static_cast<int>(level)]; }
+
+json JsonRpcError(const json& id, int code, const std::string& message) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}};
+}
+
+json JsonRpcResult(const json& id, json result) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
+}
+
+json ToolResultJson(const ToolResult& result) {
+  json structured = result.structured.is_object() ? result.structured : json::object();
+  return {{"content", json::array({{{"type", "text"}, {"text", structured.dump()}}})},
+          {"structuredContent", structured},
+          {"isError", result.is_error}};
+}
+
+std::string SseEvent(const json& message, const std::string& event_id) {
+  // dump() escapes control characters, so the data is always a single line.
+  return "id: " + event_id + "\nevent: message\ndata: " + message.dump() + "\n\n";
+}
+
+int JsonNestingDepth(std::string_view text) {
+  int depth = 0;
+  int max_depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+// ---------------------------------------------------------------------------------------------
+// McpHandler
+
+McpHandler::McpHandler(Options options)
+    : options_([&] {
+        if (!options.clock) options.clock = [] { return std::chrono::steady_clock::now(); };
+        if (!options.new_session_id) options.new_session_id = RandomHex128;
+        return std::move(options);
+      }()),
+      catalog_(options_.catalog) {}
+
+McpDecision McpHandler::Handle(const McpRequest& request) {
+  McpDecision d;
+  d.metric_method = "http/" + request.http_method;
+  if (request.http_method == "GET") {
+    // No server-initiated stream: kiln sends notifications only on POST streams.
+    d.reply = ErrorReply(405, rpc::kServerError,
+                         "Method Not Allowed: this server offers no GET event stream");
+    d.reply.headers.push_back({"Allow", "POST, DELETE"});
+    return d;
+  }
+  if (request.http_method == "DELETE") {
+    if (!request.session_id) {
+      d.reply = ErrorReply(400, rpc::kServerError, "Bad Request: MCP-Session-Id header is required");
+      return d;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(*request.session_id);
+    if (it == sessions_.end() || it->second.domain != request.domain) {
+      d.reply = ErrorReply(404, rpc::kSessionNotFound, "Session not found");
+      return d;
+    }
+    sessions_.erase(it);
+    d.reply = EmptyReply(204);
+    return d;
+  }
+  if (request.http_method != "POST") {
+    d.reply = ErrorReply(405, rpc::kServerError, "Method Not Allowed");
+    d.reply.headers.push_back({"Allow", "POST, DELETE"});
+    return d;
+  }
+  return HandlePost(request);
+}
+
+McpDecision McpHandler::HandlePost(const McpRequest& request) {
+  McpDecision d;
+  d.metric_method = "invalid";
+  AcceptInfo accept = ParseAccept(request.accept);
+  if (!accept.json && !accept.sse) {
+    d.reply = ErrorReply(406, rpc::kServerError,
+                         "Not Acceptable: Accept must include application/json and "
+                         "text/event-stream");
+    return d;
+  }
+  if (!IsJsonContentType(request.content_type)) {
+    d.reply = ErrorReply(415, rpc::kServerError,
+                         "Unsupported Media Type: Content-Type must be application/json");
+    return d;
+  }
+  if (JsonNestingDepth(request.body) > options_.max_json_depth) {
+    d.reply = ErrorReply(400, rpc::kParseError,
+                         "Parse error: JSON nested deeper than " +
+                             std::to_string(options_.max_json_depth) + " levels");
+    return d;
+  }
+  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    d.reply = ErrorReply(400, rpc::kParseError, "Parse error: body is not valid JSON");
+    return d;
+  }
+  d.metric_method = body.is_array() ? "batch" : MetricMethod(body);
+  if (body.is_object() && body.value("method", json()) == "initialize") {
+    return HandleInitialize(request, body);
+  }
+
+  // Every other message needs a live session of the caller's domain.
+  if (!request.session_id) {
+    d.reply = ErrorReply(400, rpc::kServerError,
+                         "Bad Request: MCP-Session-Id header is required (initialize first)");
+    return d;
+  }
+  if (request.protocol_version && !IsSupportedMcpVersion(*request.protocol_version)) {
+    d.reply = ErrorReply(400, rpc::kServerError,
+                         "Bad Request: unsupported MCP-Protocol-Version; supported: "
+                         "2025-11-25, 2025-06-18, 2025-03-26");
+    return d;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(*request.session_id);
+  if (it == sessions_.end() || it->second.domain != request.domain) {
+    d.reply = ErrorReply(404, rpc::kSessionNotFound, "Session not found");
+    return d;
+  }
+  Session& session = it->second;
+  session.last_used = options_.clock();
+  d.session_id = it->first;
+  const std::string version = request.protocol_version.value_or(session.protocol_version);
+
+  std::vector<json> messages;
+  if (body.is_array()) {
+    if (version != "2025-03-26") {
+      d.reply = JsonReply(400, JsonRpcError(nullptr, rpc::kInvalidRequest,
+                                            "Invalid Request: JSON-RPC batches are not "
+                                            "supported in protocol " + version));
+      return d;
+    }
+    if (body.empty()) {
+      d.reply = JsonReply(400, JsonRpcError(nullptr, rpc::kInvalidRequest,
+                                            "Invalid Request: empty batch"));
+      return d;
+    }
+    d.batch = true;
+    messages = body.get<std::vector<json>>();
+  } else {
+    messages.push_back(std::move(body));
+  }
+
+  bool any_bad = false;
+  for (const json& m : messages) {
+    Outcome o = HandleMessage(d.session_id, session, m, d);
+    any_bad = any_bad || o.bad_request;
+    if (o.call) {
+      d.calls.push_back(std::move(*o.call));
+    } else if (o.response) {
+      d.ready_responses.push_back(std::move(*o.response));
+    }
+  }
+
+  bool has_progress_token = false;
+  for (const auto& c : d.calls) has_progress_token = has_progress_token || c.progress_token;
+  d.sse = !d.calls.empty() &&
+          (accept.sse || !accept.json || (has_progress_token && accept.sse_wildcard));
+
+  if (!d.calls.empty()) return d;
+  if (d.ready_responses.empty()) {
+    d.reply = EmptyReply(202);  // only notifications and responses
+    return d;
+  }
+  if (d.batch) {
+    d.reply = JsonReply(200, json(d.ready_responses));
+  } else {
+    d.reply = JsonReply(any_bad ? 400 : 200, d.ready_responses.front());
+  }
+  d.ready_responses.clear();
+  return d;
+}
+
+McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& message) {
+  McpDecision d;
+  d.metric_method = "initialize";
+  if (message.value("jsonrpc", json()) != "2.0") {
+    d.reply = ErrorReply(400, rpc::kInvalidRequest, "Invalid Request: jsonrpc must be \"2.0\"");
+    return d;
+  }
+  if (!message.contains("id")) {
+    d.reply = EmptyReply(202);  // an "initialize" notification means nothing; ignore it
+    return d;
+  }
+  const json& id = message["id"];
+  if (!ValidId(id)) {
+    d.reply = ErrorReply(400, rpc::kInvalidRequest,
+                         "Invalid Request: id must be a string or an integer");
+    return d;
+  }
+  const json params = message.value("params", json());
+  if (!params.is_object() || !params.contains("protocolVersion") ||
+      !params["protocolVersion"].is_string()) {
+    d.reply = JsonReply(200, JsonRpcError(id, rpc::kInvalidParams,
+                                          "Invalid params: protocolVersion (string) required"));
+    return d;
+  }
+  std::string asked = params["protocolVersion"].get<std::string>();
+  std::string version = IsSupportedMcpVersion(asked) ? asked : kMcpLatestProtocolVersion;
+
+  std::string session_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sessions_.size() >= options_.max_sessions) EvictIdleLocked();
+    if (sessions_.size() >= options_.max_sessions) {
+      d.reply = JsonReply(503, JsonRpcError(id, rpc::kServerError,
+                                            "too many sessions (limit " +
+                                                std::to_string(options_.max_sessions) +
+                                                "); end unused sessions with DELETE"));
+      d.reply.headers.push_back({"Retry-After", "10"});
+      return d;
+    }
+    do {
+      session_id = options_.new_session_id();
+    } while (sessions_.count(session_id));
+    Session s;
+    s.domain = request.domain;
+    s.protocol_version = version;
+    s.last_used = options_.clock();
+    sessions_.emplace(session_id, std::move(s));
+  }
+  json result = {
+      {"protocolVersion", version},
+      {"capabilities", {{"tools", {{"listChanged", false}}}, {"logging", json::object()}}},
+      {"serverInfo", {{"name", "kiln"}, {"title", "kiln image builder"},
+                      {"version", options_.server_version}}},
+  };
+  if (!options_.instructions.empty()) result["instructions"] = options_.instructions;
+  d.session_id = session_id;
+  d.reply = JsonReply(200, JsonRpcResult(id, std::move(result)));
+  d.reply.headers.push_back({"MCP-Session-Id", session_id});
+  return d;
+}
+
+McpHandler::Outcome McpHandler::HandleMessage(const std::string& session_id, Session& session,
+                                              const json& m, McpDecision& decision) {
+  Outcome o;
+  auto invalid = [&](const json& id, const std::string& why) {
+    o.bad_request = true;
+    o.response = JsonRpcError(id, rpc::kInvalidRequest, "Invalid Request: " + why);
+    return o;
+  };
+  if (!m.is_object()) return invalid(nullptr, "message must be a JSON object");
+  json id = nullptr;
+  bool has_id = m.contains("id");
+  if (has_id) {
+    if (!ValidId(m["id"])) {
+      return invalid(nullptr, "id must be a string (<= 1024 bytes) or an integer");
+    }
+    id = m["id"];
+  }
+  if (m.value("jsonrpc", json()) != "2.0") return invalid(id, "jsonrpc must be \"2.0\"");
+  auto method_it = m.find("method");
+  if (method_it == m.end()) {
+    if (has_id && (m.contains("result") || m.contains("error"))) return o;  // a response: ignore
+    return invalid(id, "method is required");
+  }
+  if (!method_it->is_string()) return invalid(id, "method must be a string");
+  const std::string& method = method_it->get_ref<const std::string&>();
+  json params = m.value("params", json());
+  if (!params.is_null() && !params.is_object()) {
+    if (!has_id) return o;
+    o.response = JsonRpcError(id, rpc::kInvalidParams, "Invalid params: params must be an object");
+    return o;
+  }
+
+  if (!has_id) {  // notification: never answered
+    if (method == "notifications/cancelled" && params.is_object()) {
+      HandleCancelled(session, params, decision);
+    }
+    return o;
+  }
+  if (method == "ping") {
+    o.response = JsonRpcResult(id, json::object());
+  } else if (method == "tools/list") {
+    auto aliases = options_.tool_aliases.find(session.domain);
+    static const std::map<std::string, std::string> kNone;
+    o.response = JsonRpcResult(
+        id, {{"tools", catalog_.ListFor(aliases == options_.tool_aliases.end() ? kNone
+                                                                                 : aliases->second)}});
+  } else if (method == "logging/setLevel") {
+    std::optional<McpLogLevel> level;
+    if (params.is_object() && params.contains("level") && params["level"].is_string()) {
+      level = ParseMcpLogLevel(params["level"].get<std::string>());
+    }
+    if (!level) {
+      o.response = JsonRpcError(id, rpc::kInvalidParams,
+                                "Invalid params: level must be one of debug, info, notice, "
+                                "warning, error, critical, alert, emergency");
+    } else {
+      session.log_level = level;
+      o.response = JsonRpcResult(id, json::object());
+    }
+  } else if (method == "tools/call") {
+    return HandleToolsCall(session_id, session, id, params);
+  } else if (method == "initialize") {
+    o.response = JsonRpcError(id, rpc::kInvalidRequest,
+                              "Invalid Request: initialize must not be part of a batch");
+  } else {
+    o.response = JsonRpcError(id, rpc::kMethodNotFound, "Method not found: " + method);
+  }
+  return o;
+}
+
+McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, Session& session,
+                                                const json& id, const json& params) {
+  Outcome o;
+  auto bad_params = [&](const std::string& why) {
+    o.response = JsonRpcError(id, rpc::kInvalidParams, why);
+    return o;
+  };
+  if (!params.is_object()) return bad_params("Invalid params: params must be an object");
+  auto name_it = params.find("name");
+  if (name_it == params.end() || !name_it->is_string()) {
+    return bad_params("Invalid params: name (string) is required");
+  }
+  const std::string& name = name_it->get_ref<const std::string&>();
+  static const std::map<std::string, std::string> kNone;
+  auto aliases = options_.tool_aliases.find(session.domain);
+  std::optional<std::string> canonical = catalog_.Resolve(
+      name, aliases == options_.tool_aliases.end() ? kNone : aliases->second);
+  if (!canonical) return bad_params("Unknown tool: " + name);
+  json arguments = json::object();
+  if (params.contains("arguments")) {
+    arguments = params["arguments"];
+    if (arguments.is_null()) arguments = json::object();
+    if (!arguments.is_object()) return bad_params("Invalid params: arguments must be an object");
+  }
+  if (session.inflight.size() >= options_.max_calls_per_session) {
+    o.response = JsonRpcError(id, rpc::kServerError,
+                              "too many calls in flight (limit " +
+                                  std::to_string(options_.max_calls_per_session) + ")");
+    return o;
+  }
+  std::string key = id.dump();
+  if (session.inflight.count(key)) {
+    o.response = JsonRpcError(id, rpc::kInvalidRequest,
+                              "Invalid Request: request id already used by a call in flight");
+    return o;
+  }
+  PendingCall call;
+  call.request_id = id;
+  call.id_key = key;
+  call.seq = next_seq_++;
+  call.call.domain = session.domain;
+  call.call.tool = *canonical;
+  call.call.arguments = std::move(arguments);
+  call.tool_name = name;
+  if (params.contains("_meta") && params["_meta"].is_object()) {
+    const json& meta = params["_meta"];
+    if (meta.contains("progressToken") &&
+        (meta["progressToken"].is_string() || meta["progressToken"].is_number_integer())) {
+      call.progress_token = meta["progressToken"];
+    }
+  }
+  call.log_progress = session.log_level && *session.log_level <= McpLogLevel::kInfo;
+  CallSlot slot;
+  slot.seq = call.seq;
+  session.inflight.emplace(key, slot);
+  (void)session_id;
+  o.call = std::move(call);
+  return o;
+}
+
+void McpHandler::HandleCancelled(Session& session, const json& params, McpDecision& decision) {
+  if (!params.contains("requestId") || !ValidId(params["requestId"])) return;
+  auto it = session.inflight.find(params["requestId"].dump());
+  if (it == session.inflight.end() || it->second.cancelled) return;
+  it->second.cancelled = true;
+  if (it->second.handle) decision.cancel.push_back(*it->second.handle);
+}
+
+bool McpHandler::CallStarted(const std::string& session_id, const PendingCall& call,
+                             uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = sessions_.find(session_id);
+  if (s == sessions_.end()) return false;
+  auto it = s->second.inflight.find(call.id_key);
+  if (it == s->second.inflight.end() || it->second.seq != call.seq) return false;
+  it->second.handle = handle;
+  return it->second.cancelled;
+}
+
+bool McpHandler::CallFinished(const std::string& session_id, const PendingCall& call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = sessions_.find(session_id);
+  if (s == sessions_.end()) return false;
+  auto it = s->second.inflight.find(call.id_key);
+  if (it == s->second.inflight.end() || it->second.seq != call.seq) return false;
+  bool cancelled = it->second.cancelled;
+  s->second.inflight.erase(it);
+  s->second.last_used = options_.clock();
+  return cancelled;
+}
+
+size_t McpHandler::EvictIdle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return EvictIdleLocked();
+}
+
+size_t McpHandler::EvictIdleLocked() {
+  auto now = options_.clock();
+  size_t dropped = 0;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.inflight.empty() && now - it->second.last_used > options_.session_idle_timeout) {
+      it = sessions_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
+size_t McpHandler::SessionCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+size_t McpHandler::InflightCalls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s.inflight.size();
+  return n;
+}
+
+std::optional<McpLogLevel> McpHandler::SessionLogLevel(const std::string& session_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.log_level;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ProgressTracker
+
+ProgressTracker::ProgressTracker(std::optional<json> token, bool log_progress, std::string tool)
+    : token_(std::move(token)), log_progress_(log_progress), tool_(std::move(tool)) {}
+
+std::vector<json> ProgressTracker::OnProgress(const ToolProgress& p) {
+  std::vector<json> out;
+  if (finished_ || (last_ && !(p.progress > *last_))) return out;
+  last_ = p.progress;
+  if (token_) {
+    json params = {{"progressToken", *token_}, {"progress", p.progress}};
+    if (p.total) params["total"] = *p.total;
+    if (!p.message.empty()) params["message"] = p.message;
+    out.push_back({{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", params}});
+  }
+  if (log_progress_ && !p.message.empty()) {
+    out.push_back({{"jsonrpc", "2.0"},
+                   {"method", "notifications/message"},
+                   {"params",
+                    {{"level", "info"}, {"logger", "kiln"}, {"data", tool_ + ": " + p.message}}}});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// McpResponseStream
+
+McpResponseStream::McpResponseStream(const McpDecision& decision, std::string stream_id)
+    : sse_(decision.sse),
+      batch_(decision.batch),
+      stream_id_(std::move(stream_id)),
+      done_(decision.calls.size(), false),
+      ready_(decision.ready_responses),
+      remaining_(decision.calls.size()) {
+  for (const auto& c : decision.calls) {
+    request_ids_.push_back(c.request_id);
+    trackers_.emplace_back(c.progress_token, c.log_progress, c.tool_name);
+  }
+}
+
+std::string McpResponseStream::Event(const json& message) {
+  return SseEvent(message, stream_id_ + "-" + std::to_string(next_event_++));
+}
+
+std::string McpResponseStream::Start() {
+  if (!sse_) return "";
+  std::string out;
+  for (const auto& r : ready_) out += Event(r);
+  return out;
+}
+
+std::string McpResponseStream::OnProgress(size_t index, const ToolProgress& p) {
+  if (!sse_ || index >= trackers_.size() || done_[index]) return "";
+  std::string out;
+  for (const auto& n : trackers_[index].OnProgress(p)) out += Event(n);
+  return out;
+}
+
+std::string McpResponseStream::OnDone(size_t index, const ToolResult& result, bool cancelled) {
+  if (index >= done_.size() || done_[index]) return "";
+  done_[index] = true;
+  trackers_[index].Finish();
+  --remaining_;
+  json response = JsonRpcResult(request_ids_[index], ToolResultJson(result));
+  if (sse_) return cancelled ? "" : Event(response);
+  ready_.push_back(std::move(response));
+  return "";
+}
+
+std::string McpResponseStream::JsonBody() const {
+  if (batch_) return json(ready_).dump();
+  return ready_.empty() ? "" : ready_.front().dump();
+}
+
+}  // namespace kiln

@@ -1,0 +1,261 @@
+// McpHandler: the pure MCP / JSON-RPC 2.0 logic of the Streamable HTTP transport. It turns one
+// HTTP request on /mcp (already authenticated to a domain) into a decision: an immediate HTTP
+// reply, or tool calls to dispatch whose answers are assembled by an McpResponseStream. It owns
+// the session table (ids, negotiated versions, log levels, in-flight calls) but does no I/O and
+// never calls the ToolBackend: the HTTP server does that and reports back (CallStarted,
+// CallFinished).
+//
+// Protocol decisions (see docs in the implementation for details):
+//   - versions 2025-11-25 (latest), 2025-06-18, 2025-03-26; initialize with another version is
+//     answered with the latest;
+//   - MCP-Protocol-Version header: unsupported -> 400; missing -> the version negotiated by the
+//     session (the spec's "other way to identify the version"), which decides whether JSON
+//     arrays (batches, allowed only in 2025-03-26) are accepted;
+//   - missing MCP-Session-Id on a non-initialize request -> 400; unknown, ended, evicted or
+//     another domain's session -> 404;
+//   - DELETE ends a session (204); calls still running keep running and finish normally;
+//   - GET -> 405 (no server-initiated stream; allowed by the spec);
+//   - notifications and responses -> 202; ping -> {}; logging/setLevel stored per session;
+//   - tools/call answers as SSE when the client accepts text/event-stream or sent a
+//     progressToken; progress becomes notifications/progress (with a token) and, when the
+//     session set a log level <= info, notifications/message at level info.
+//
+// Thread-safety: McpHandler is thread-safe (one internal mutex; no callbacks are run under
+// it). McpResponseStream and ProgressTracker are not thread-safe (one owner at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "transport/tool_backend.h"
+#include "transport/tool_catalog.h"
+
+namespace kiln {
+
+inline constexpr const char* kMcpLatestProtocolVersion = "2025-11-25";
+inline constexpr const char* kMcpDefaultProtocolVersion = "2025-03-26";
+
+/// True for the protocol versions kiln speaks.
+bool IsSupportedMcpVersion(std::string_view version);
+
+enum class McpLogLevel { kDebug, kInfo, kNotice, kWarning, kError, kCritical, kAlert, kEmergency };
+
+/// Parses an MCP (syslog) level name; nullopt when unknown.
+std::optional<McpLogLevel> ParseMcpLogLevel(std::string_view name);
+const char* McpLogLevelName(McpLogLevel level);
+
+/// JSON-RPC error codes.
+namespace rpc {
+inline constexpr int kParseError = -32700;
+inline constexpr int kInvalidRequest = -32600;
+inline constexpr int kMethodNotFound = -32601;
+inline constexpr int kInvalidParams = -32602;
+inline constexpr int kInternalError = -32603;
+inline constexpr int kServerError = -32000;      // limits (too many calls / sessions)
+inline constexpr int kSessionNotFound = -32001;  // as the TypeScript SDK
+}  // namespace rpc
+
+/// {"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}
+nlohmann::json JsonRpcError(const nlohmann::json& id, int code, const std::string& message);
+/// {"jsonrpc":"2.0","id":id,"result":result}
+nlohmann::json JsonRpcResult(const nlohmann::json& id, nlohmann::json result);
+/// The CallToolResult for a backend result: text block with the JSON, structuredContent,
+/// isError.
+nlohmann::json ToolResultJson(const ToolResult& result);
+/// One SSE event: "id: <id>\nevent: message\ndata: <json>\n\n".
+std::string SseEvent(const nlohmann::json& message, const std::string& event_id);
+/// Maximum {/[ nesting depth of `text` outside strings (a cheap pre-parse scan).
+int JsonNestingDepth(std::string_view text);
+
+/// The parts of an HTTP request McpHandler looks at.
+struct McpRequest {
+  std::string http_method;  // "POST", "GET", "DELETE", ...
+  std::string domain;       // authenticated caller's domain
+  std::optional<std::string> accept;
+  std::optional<std::string> content_type;
+  std::optional<std::string> session_id;
+  std::optional<std::string> protocol_version;
+  std::string body;
+};
+
+/// An immediate HTTP answer.
+struct HttpReply {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string content_type;  // empty when there is no body
+  std::string body;
+};
+
+/// A tools/call to hand to the ToolBackend.
+struct PendingCall {
+  nlohmann::json request_id;
+  std::string id_key;  // request_id.dump(): the key notifications/cancelled uses
+  uint64_t seq = 0;    // unique per handler; pass back to CallStarted/CallFinished
+  ToolCall call;
+  std::string tool_name;  // as the client named it (may be an alias)
+  std::optional<nlohmann::json> progress_token;
+  bool log_progress = false;  // send progress as notifications/message (level info)
+};
+
+struct McpDecision {
+  /// The answer when `calls` is empty.
+  HttpReply reply;
+  /// Tool calls to dispatch; the answer is assembled by an McpResponseStream.
+  std::vector<PendingCall> calls;
+  std::vector<nlohmann::json> ready_responses;  // responses already known (batch members)
+  bool batch = false;
+  bool sse = false;  // answer the calls as text/event-stream
+  std::string session_id;
+  /// Backend handles to Cancel now (from notifications/cancelled).
+  std::vector<uint64_t> cancel;
+  /// Method label for metrics ("initialize", "tools/call", "batch", "invalid", ...).
+  std::string metric_method;
+};
+
+class McpHandler {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  using IdGenerator = std::function<std::string()>;
+
+  struct Options {
+    std::string server_version = "0.1.0";
+    std::string instructions;
+    size_t max_sessions = 1000;
+    size_t max_calls_per_session = 16;
+    std::chrono::seconds session_idle_timeout{3600};
+    int max_json_depth = 64;
+    /// domain -> (alias -> tool)
+    std::map<std::string, std::map<std::string, std::string>> tool_aliases;
+    ToolCatalog::Options catalog;
+    Clock clock;               // default: steady_clock::now
+    IdGenerator new_session_id;  // default: 128 random bits (OpenSSL RAND_bytes) as hex
+  };
+
+  explicit McpHandler(Options options);
+  McpHandler(const McpHandler&) = delete;
+  McpHandler& operator=(const McpHandler&) = delete;
+
+  /// Decides what to answer. Never fails: protocol errors become HTTP/JSON-RPC error replies.
+  McpDecision Handle(const McpRequest& request);
+
+  /// Records the backend handle of a dispatched call. Returns true when the client cancelled
+  /// the call before its handle was known: the caller must Cancel(handle) now. Unknown or
+  /// already finished calls return false.
+  bool CallStarted(const std::string& session_id, const PendingCall& call, uint64_t handle);
+
+  /// Forgets a finished call. Returns true when the client had cancelled it (the answer may
+  /// then be left out of an SSE stream).
+  bool CallFinished(const std::string& session_id, const PendingCall& call);
+
+  /// Drops sessions idle longer than the idle timeout and without calls in flight. Returns how
+  /// many were dropped.
+  size_t EvictIdle();
+
+  size_t SessionCount() const;
+  size_t InflightCalls() const;
+
+  /// The log level a session set, if any (nullopt also for unknown sessions).
+  std::optional<McpLogLevel> SessionLogLevel(const std::string& session_id) const;
+
+  const ToolCatalog& catalog() const { return catalog_; }
+
+ private:
+  struct CallSlot {
+    uint64_t seq = 0;
+    std::optional<uint64_t> handle;
+    bool cancelled = false;
+  };
+  struct Session {
+    std::string domain;
+    std::string protocol_version;
+    std::optional<McpLogLevel> log_level;
+    std::chrono::steady_clock::time_point last_used;
+    std::map<std::string, CallSlot> inflight;  // by request id key
+  };
+  // Per-message outcome.
+  struct Outcome {
+    std::optional<nlohmann::json> response;
+    std::optional<PendingCall> call;
+    bool bad_request = false;  // the single message was unparseable/invalid (HTTP 400)
+  };
+
+  McpDecision HandlePost(const McpRequest& request);
+  McpDecision HandleInitialize(const McpRequest& request, const nlohmann::json& message);
+  Outcome HandleMessage(const std::string& session_id, Session& session,
+                        const nlohmann::json& message, McpDecision& decision);
+  Outcome HandleToolsCall(const std::string& session_id, Session& session,
+                          const nlohmann::json& id, const nlohmann::json& params);
+  void HandleCancelled(Session& session, const nlohmann::json& params, McpDecision& decision);
+  size_t EvictIdleLocked();
+
+  const Options options_;
+  const ToolCatalog catalog_;
+  mutable std::mutex mu_;
+  std::map<std::string, Session> sessions_;  // guarded by mu_
+  uint64_t next_seq_ = 1;                    // guarded by mu_
+};
+
+/// Converts one call's progress reports into notifications: strictly increasing progress,
+/// nothing after Finish(). Not thread-safe.
+class ProgressTracker {
+ public:
+  ProgressTracker(std::optional<nlohmann::json> token, bool log_progress, std::string tool);
+
+  /// The notifications to send for `p` (0, 1 or 2 messages). Empty when `p.progress` is not
+  /// strictly greater than the last one sent, or after Finish().
+  std::vector<nlohmann::json> OnProgress(const ToolProgress& p);
+  void Finish() { finished_ = true; }
+
+ private:
+  std::optional<nlohmann::json> token_;
+  bool log_progress_;
+  std::string tool_;
+  std::optional<double> last_;
+  bool finished_ = false;
+};
+
+/// Assembles the answer to one POST that dispatched tool calls: SSE events as progress and
+/// results arrive, or one JSON body when everything finished. Not thread-safe.
+class McpResponseStream {
+ public:
+  McpResponseStream(const McpDecision& decision, std::string stream_id);
+
+  bool sse() const { return sse_; }
+  /// SSE text for the responses known at once (batch members); empty in JSON mode.
+  std::string Start();
+  /// SSE text for a progress report of call `index` (may be empty). Empty in JSON mode.
+  std::string OnProgress(size_t index, const ToolProgress& p);
+  /// Records call `index`'s result. Returns the SSE text to send (empty in JSON mode, or when
+  /// the client cancelled the call: it gets no response). A second result for the same
+  /// index is ignored.
+  std::string OnDone(size_t index, const ToolResult& result, bool cancelled);
+  /// True when every call has finished.
+  bool complete() const { return remaining_ == 0; }
+  /// JSON mode: the response body (object, or array for a batch). Valid when complete().
+  std::string JsonBody() const;
+
+ private:
+  std::string Event(const nlohmann::json& message);
+
+  const bool sse_;
+  const bool batch_;
+  const std::string stream_id_;
+  uint64_t next_event_ = 1;
+  std::vector<nlohmann::json> request_ids_;
+  std::vector<ProgressTracker> trackers_;
+  std::vector<bool> done_;
+  std::vector<nlohmann::json> ready_;  // ready responses, then results as they come
+  size_t remaining_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,219 @@
+#include "transport/tool_catalog.h"
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+json Nullable(json schema) {
+  // {"type": "x"} -> {"type": ["x", "null"]}
+  if (schema.contains("type") && schema["type"].is_string()) {
+    schema["type"] = json::array({schema["type"], "null"});
+  }
+  return schema;
+}
+
+json OpenObject(json properties) {
+  if (properties.is_null()) properties = json::object();
+  return {{"type", "object"}, {"properties", std::move(properties)},
+          {"additionalProperties", true}};
+}
+
+json StringProp(const std::string& description) {
+  return {{"type", "string"}, {"description", description}};
+}
+
+json BuildStatusEnum() {
+  return {{"type", "string"},
+          {"enum", {"queued", "running", "succeeded", "failed", "cancelled", "interrupted"}}};
+}
+
+json BuildResultSchema() {
+  json diagnostic = OpenObject({{"file", Nullable({{"type", "string"}})},
+                                {"line", Nullable({{"type", "integer"}})},
+                                {"column", Nullable({{"type", "integer"}})},
+                                {"severity", Nullable({{"type", "string"}})},
+                                {"message", Nullable({{"type", "string"}})}});
+  json timings = OpenObject({{"queued_ms", Nullable({{"type", "number"}})},
+                             {"build_ms", Nullable({{"type", "number"}})},
+                             {"push_ms", Nullable({{"type", "number"}})},
+                             {"total_ms", Nullable({{"type", "number"}})}});
+  json image = OpenObject({{"ref", Nullable({{"type", "string"}})},
+                           {"digest", Nullable({{"type", "string"}})}});
+  image["type"] = json::array({"object", "null"});
+  timings["type"] = json::array({"object", "null"});
+  return OpenObject({
+      {"build_id", Nullable(StringProp("Build identifier (use with build_log, cancel_build)."))},
+      {"candidate", Nullable({{"type", "string"}})},
+      {"commit", Nullable(StringProp("Git commit that was built."))},
+      {"status", BuildStatusEnum()},
+      {"image", image},
+      {"diagnostics", Nullable({{"type", "array"}, {"items", diagnostic}})},
+      {"log_tail", Nullable({{"type", "string"}})},
+      {"cache_hit", Nullable({{"type", "boolean"}})},
+      {"timings", timings},
+      {"error", Nullable(StringProp("Why the call failed, when it failed."))},
+  });
+}
+
+json Annotations(bool read_only, bool destructive, bool idempotent) {
+  return {{"readOnlyHint", read_only},
+          {"destructiveHint", destructive},
+          {"idempotentHint", idempotent},
+          {"openWorldHint", false}};
+}
+
+json Tool(const std::string& name, const std::string& title, const std::string& description,
+          json input, json output, json annotations) {
+  annotations["title"] = title;
+  return {{"name", name},       {"title", title},         {"description", description},
+          {"inputSchema", input}, {"outputSchema", output}, {"annotations", annotations}};
+}
+
+json InputObject(json properties, std::vector<std::string> required) {
+  if (properties.is_null()) properties = json::object();
+  json s = {{"type", "object"}, {"properties", std::move(properties)},
+            {"additionalProperties", false}};
+  if (!required.empty()) s["required"] = required;
+  return s;
+}
+
+json BuildCandidate() {
+  return Tool(
+      "build_candidate", "Build candidate image",
+      "Build the container image of a candidate from its pushed git branch and push it to the "
+      "registry. With wait=true (default) the call returns when the build finished (and streams "
+      "progress when the request carries a progressToken); with wait=false it returns at once "
+      "with the build_id: poll candidate_status. A failed build is a result with isError=true "
+      "and compiler diagnostics.",
+      InputObject({{"candidate", StringProp("Candidate name (also the default branch).")},
+                   {"ref", StringProp("Git ref to build (default: the branch named after the "
+                                      "candidate).")},
+                   {"commit", StringProp("Exact commit to build (40 hex characters).")},
+                   {"wait", {{"type", "boolean"},
+                             {"default", true},
+                             {"description", "Wait for the build to finish."}}}},
+                  {"candidate"}),
+      BuildResultSchema(), Annotations(false, false, true));
+}
+
+json CandidateStatus() {
+  json build = OpenObject({});
+  build["type"] = json::array({"object", "null"});
+  return Tool("candidate_status", "Candidate status",
+              "State of one candidate: its latest build, its deployed build and its position "
+              "in the build queue.",
+              InputObject({{"candidate", StringProp("Candidate name.")}}, {"candidate"}),
+              OpenObject({{"candidate", Nullable({{"type", "string"}})},
+                          {"state", Nullable({{"type", "string"}})},
+                          {"latest_build", build},
+                          {"deployed_build", build},
+                          {"queue_position", Nullable({{"type", "integer"}})},
+                          {"error", Nullable({{"type", "string"}})}}),
+              Annotations(true, false, true));
+}
+
+json BuildLog() {
+  return Tool(
+      "build_log", "Build log",
+      "A page of a build's log. Start at offset 0 and pass next_offset to read on; complete is "
+      "true when the build finished and the whole log was read.",
+      InputObject({{"build_id", StringProp("Build identifier.")},
+                   {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset."}}},
+                   {"limit",
+                    {{"type", "integer"},
+                     {"minimum", 1},
+                     {"maximum", 1048576},
+                     {"description", "Maximum bytes to return."}}}},
+                  {"build_id"}),
+      OpenObject({{"build_id", Nullable({{"type", "string"}})},
+                  {"text", Nullable({{"type", "string"}})},
+                  {"next_offset", Nullable({{"type", "integer"}})},
+                  {"complete", Nullable({{"type", "boolean"}})},
+                  {"error", Nullable({{"type", "string"}})}}),
+      Annotations(true, false, true));
+}
+
+json CancelBuild() {
+  return Tool("cancel_build", "Cancel build",
+              "Cancel a queued or running build. Cancelling a finished build changes nothing.",
+              InputObject({{"build_id", StringProp("Build identifier.")}}, {"build_id"}),
+              OpenObject({{"build_id", Nullable({{"type", "string"}})},
+                          {"status", Nullable({{"type", "string"}})},
+                          {"error", Nullable({{"type", "string"}})}}),
+              Annotations(false, false, true));
+}
+
+json ListCandidates() {
+  json item = OpenObject({});
+  return Tool("list_candidates", "List candidates",
+              "The candidates of the caller's domain with their state.", InputObject({}, {}),
+              OpenObject({{"candidates", Nullable({{"type", "array"}, {"items", item}})},
+                          {"error", Nullable({{"type", "string"}})}}),
+              Annotations(true, false, true));
+}
+
+json DeployCandidate() {
+  json image = OpenObject({{"ref", Nullable({{"type", "string"}})},
+                           {"digest", Nullable({{"type", "string"}})}});
+  image["type"] = json::array({"object", "null"});
+  return Tool(
+      "deploy_candidate", "Deploy candidate",
+      "Deploy a candidate's build (default: its latest successful build) and wait for the "
+      "rollout when wait=true.",
+      InputObject({{"candidate", StringProp("Candidate name.")},
+                   {"build_id", StringProp("Build to deploy (default: latest successful).")},
+                   {"wait", {{"type", "boolean"}, {"default", true}}}},
+                  {"candidate"}),
+      OpenObject({{"deploy_id", Nullable({{"type", "string"}})},
+                  {"build_id", Nullable({{"type", "string"}})},
+                  {"image", image},
+                  {"status", Nullable({{"type", "string"}})},
+                  {"reason", Nullable({{"type", "string"}})},
+                  {"elapsed_ms", Nullable({{"type", "number"}})},
+                  {"error", Nullable({{"type", "string"}})}}),
+      Annotations(false, false, true));
+}
+
+}  // namespace
+
+ToolCatalog::ToolCatalog(Options options) {
+  tools_.push_back(BuildCandidate());
+  if (options.include_deploy) tools_.push_back(DeployCandidate());
+  tools_.push_back(CandidateStatus());
+  tools_.push_back(BuildLog());
+  tools_.push_back(CancelBuild());
+  tools_.push_back(ListCandidates());
+}
+
+const nlohmann::json* ToolCatalog::Find(const std::string& name) const {
+  for (const auto& t : tools_) {
+    if (t["name"] == name) return &t;
+  }
+  return nullptr;
+}
+
+std::optional<std::string> ToolCatalog::Resolve(
+    const std::string& name, const std::map<std::string, std::string>& aliases) const {
+  if (Find(name)) return name;
+  auto it = aliases.find(name);
+  if (it != aliases.end() && Find(it->second)) return it->second;
+  return std::nullopt;
+}
+
+nlohmann::json ToolCatalog::ListFor(const std::map<std::string, std::string>& aliases) const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& t : tools_) list.push_back(t);
+  for (const auto& [alias, target] : aliases) {
+    if (Find(alias)) continue;
+    const nlohmann::json* def = Find(target);
+    if (!def) continue;
+    nlohmann::json copy = *def;
+    copy["name"] = alias;
+    copy["description"] = (*def)["description"].get<std::string>() + " (alias of " + target + ")";
+    list.push_back(std::move(copy));
+  }
+  return list;
+}
+
+}  // namespace kiln

@@ -1,0 +1,223 @@
+#include "workspace/checkout.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/names.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Layout {
+  std::string ws;     // normalized absolute workspace dir
+  std::string index;  // <parent>/index
+  std::string lock;   // <parent>/checkout.lock
+  std::string state;  // <parent>/checked-out
+};
+
+Status MakeLayout(const std::string& workspace_dir, Layout* l) {
+  if (workspace_dir.empty() || workspace_dir[0] != '/')
+    return Status::InvalidArgument("workspace path must be absolute: '" + workspace_dir + "'");
+  fs::path ws = fs::path(workspace_dir).lexically_normal();
+  if (!ws.has_filename()) ws = ws.parent_path();  // trailing slash
+  if (ws == ws.root_path()) return Status::InvalidArgument("workspace must not be '/'");
+  fs::path parent = ws.parent_path();
+  l->ws = ws.string();
+  l->index = (parent / "index").string();
+  l->lock = (parent / "checkout.lock").string();
+  l->state = (parent / "checked-out").string();
+  return Status::Ok();
+}
+
+// Holds an exclusive flock on a file until destroyed.
+class FileLock {
+ public:
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  Status Acquire(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0) return Status::Internal("cannot open " + path + ": " + strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) return Status::Internal("cannot lock " + path + ": " + strerror(errno));
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Status WriteFileAtomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << content;
+    if (!f.flush()) return Status::Internal("cannot write " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status::Internal("cannot rename " + tmp + ": " + strerror(errno));
+  return Status::Ok();
+}
+
+// Reads "<id> <tree>" from the state file; empty strings when absent or malformed.
+void ReadState(const std::string& path, std::string* id, std::string* tree) {
+  std::ifstream f(path);
+  if (!(f >> *id >> *tree)) id->clear(), tree->clear();
+}
+
+int64_t CountNul(const std::string& s) {
+  int64_t n = 0;
+  for (char c : s) n += (c == '\0');
+  return n;
+}
+
+// Runs git commands on one workspace with its own index.
+class WorkspaceGit {
+ public:
+  WorkspaceGit(const GitRepo& repo, const Layout& l) : repo_(repo), l_(l) {}
+
+  // Runs git; non-zero exit → Internal("git <args[0]>: <stderr>").
+  Status Run(std::vector<std::string> args, GitResult* r, bool allow_exit_1 = false) {
+    GitCommand cmd;
+    cmd.args = std::move(args);
+    cmd.work_tree = l_.ws;
+    cmd.cwd = l_.ws;
+    cmd.env = {{"GIT_INDEX_FILE", l_.index}};
+    Status s = repo_.RunGit(cmd, r);
+    if (!s.ok()) return s;
+    if (r->exit_code != 0 && !(allow_exit_1 && r->exit_code == 1))
+      return Status::Internal("git " + cmd.args[0] + " failed: " + r->ErrorSummary());
+    return Status::Ok();
+  }
+
+  // clean, read-tree --reset -u, verify. Any failure or difference → non-OK.
+  Status Sync(const std::string& tree) {
+    GitResult r;
+    Status s = Run({"clean", "-ffdxq"}, &r);
+    if (s.ok()) s = Run({"read-tree", "--reset", "-u", "--end-of-options", tree}, &r);
+    if (s.ok()) s = Verify();
+    return s;
+  }
+
+  // The work tree equals the index: no modified or deleted tracked file, no untracked entry
+  // (ignore rules are not consulted, so ignored files count too).
+  Status Verify() {
+    GitResult r;
+    Status s = Run({"ls-files", "-z", "--modified", "--deleted", "--others", "--directory"}, &r);
+    if (!s.ok()) return s;
+    if (!r.out.empty())
+      return Status::Internal("work tree differs from the tree after checkout: '" +
+                              r.out.substr(0, std::min<size_t>(r.out.find('\0'), 200)) + "'");
+    return Status::Ok();
+  }
+
+ private:
+  const GitRepo& repo_;
+  const Layout& l_;
+};
+
+Status EmptyDirectory(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::remove_all(it->path(), ec);  // removes symlinks themselves, never their targets
+    if (ec) break;
+  }
+  if (ec) return Status::Internal("cannot empty workspace " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+bool IsFullObjectId(const std::string& id) {
+  return (id.size() == 40 || id.size() == 64) && ValidateCommit(id).ok();
+}
+
+}  // namespace
+
+std::string Checkout::IndexPath(const std::string& workspace_dir) {
+  Layout l;
+  if (!MakeLayout(workspace_dir, &l).ok()) return std::string();
+  return l.index;
+}
+
+Status Checkout::CheckedOut(const std::string& workspace_dir, std::string* id) {
+  Layout l;
+  Status s = MakeLayout(workspace_dir, &l);
+  if (!s.ok()) return s;
+  std::string tree;
+  ReadState(l.state, id, &tree);
+  if (id->empty()) return Status::NotFound("no completed checkout in " + l.ws);
+  return Status::Ok();
+}
+
+Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
+                        const std::string& workspace_dir, CheckoutStats* stats) {
+  auto start = std::chrono::steady_clock::now();
+  CheckoutStats local;
+  if (!stats) stats = &local;
+  *stats = CheckoutStats();
+  if (!IsFullObjectId(commit_or_tree))
+    return Status::InvalidArgument("checkout needs a full lowercase hex commit or tree id, got '" +
+                                   commit_or_tree.substr(0, 80) + "'");
+  Layout l;
+  Status s = MakeLayout(workspace_dir, &l);
+  if (!s.ok()) return s;
+  std::error_code ec;
+  fs::create_directories(l.ws, ec);
+  if (ec) return Status::Internal("cannot create workspace " + l.ws + ": " + ec.message());
+
+  WorkspaceGit git(repo, l);
+  GitResult r;
+  s = git.Run({"rev-parse", "--verify", "--quiet", "--end-of-options", commit_or_tree + "^{tree}"},
+              &r, /*allow_exit_1=*/true);
+  if (!s.ok()) return s;
+  if (r.exit_code == 1 || r.out.size() < 40)
+    return Status::NotFound("no commit or tree " + commit_or_tree + " in domain repository");
+  std::string tree = r.out.substr(0, r.out.find('\n'));
+
+  FileLock lock;
+  s = lock.Acquire(l.lock);
+  if (!s.ok()) return s;
+  std::string old_id, old_tree;
+  ReadState(l.state, &old_id, &old_tree);
+  ::unlink(l.state.c_str());              // "update in progress" until rewritten below
+  ::unlink((l.index + ".lock").c_str());  // stale after a crash; we hold the workspace lock
+
+  bool fast = !old_tree.empty() && fs::exists(l.index, ec);
+  if (fast) {
+    s = git.Sync(tree);
+    if (s.ok()) {
+      GitResult diff;
+      if (old_tree != tree && git.Run({"diff-tree", "-r", "-z", "--name-only", "--no-renames",
+                                       "--end-of-options", old_tree, tree},
+                                      &diff)
+                                  .ok())
+        stats->files_written = CountNul(diff.out);
+    }
+  }
+  if (!fast || !s.ok()) {
+    stats->full_reset = true;
+    ::unlink(l.index.c_str());
+    s = EmptyDirectory(l.ws);
+    if (s.ok()) s = git.Sync(tree);
+    if (!s.ok()) return s;
+    GitResult files;
+    if (git.Run({"ls-files", "-z"}, &files).ok()) stats->files_written = CountNul(files.out);
+  }
+  s = WriteFileAtomic(l.state, commit_or_tree + " " + tree + "\n");
+  stats->elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  return s;
+}
+
+}  // namespace kiln
