@@ -16,6 +16,7 @@
 
 #include "actors/build_metrics.h"
 #include "actors/domain_env.h"
+#include "actors/key_store.h"
 #include "actors/protocol.h"
 #include "actors/tool_views.h"
 #include "builder/build_key.h"
@@ -65,7 +66,6 @@ struct CandidateState {
   std::optional<BuildId> latest_success;
   bool worker_busy = false;
   std::deque<std::pair<BuildId, std::string>> pending_starts;
-  static inline const char* name_ = "kiln.candidate";
 };
 
 using Self = caf::stateful_actor<CandidateState>;
@@ -394,6 +394,15 @@ void OnPushed(Self* self, Record& r, const WorkDone& d) {
     r.log->Append("kiln: pushed " + d.ref + "\n");
   } else {
     o->error = d.status.message();
+  }
+  if (ok && self->state.env->keys) {
+    auto keys = self->state.env->keys;
+    std::string key = r.key;
+    BuildOutcome copy = *o;
+    self->state.env->work->Run([keys, key, copy] {
+      Status st = keys->Save(key, copy);
+      if (!st.ok()) spdlog::warn("build-key cache: {}", st.message());
+    });
   }
   ReportFinished(self, r, o);
   Finalize(self, r, st, o, "");

@@ -14,6 +14,7 @@
 namespace kiln {
 
 class BuildMetrics;
+class KeyStore;
 
 struct DomainEnv {
   std::shared_ptr<const Config> config;
@@ -26,6 +27,7 @@ struct DomainEnv {
   std::shared_ptr<Builder> builder;
   std::shared_ptr<BlockingWork> work;
   std::shared_ptr<BuildMetrics> metrics;   // may be null
+  std::shared_ptr<KeyStore> keys;          // may be null: no persistent build-key cache
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;
   size_t history_per_candidate = 50;

@@ -19,6 +19,7 @@
 #include "actors/build_metrics.h"
 #include "actors/domain_actor.h"
 #include "actors/domain_env.h"
+#include "actors/key_store.h"
 #include "actors/protocol.h"
 #include "actors/scheduler_actor.h"
 #include "actors/tool_views.h"
@@ -109,7 +110,9 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   impl->sys = std::make_unique<caf::actor_system>(*impl->sys_cfg);
   std::map<std::string, int> weights;
   for (const auto& [name, d] : config->domains) weights[name] = d.weight;
-  impl->scheduler = SpawnScheduler(*impl->sys, config->scheduler.max_parallel_builds, weights, impl->metrics);
+  auto keys = std::make_shared<KeyStore>(state + "/keys");
+  impl->scheduler = SpawnScheduler(*impl->sys, config->scheduler.max_parallel_builds, weights,
+                                   impl->metrics, keys->LoadAll());
 
   for (const auto& [name, d] : config->domains) {
     auto env = std::make_shared<DomainEnv>();
@@ -125,6 +128,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->builder = impl->builder;
     env->work = impl->work;
     env->metrics = impl->metrics;
+    env->keys = keys;
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
@@ -138,9 +142,10 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     impl->domains[name] = SpawnDomain(*impl->sys, env, impl->scheduler);
   }
   Impl* raw = impl.get();
-  impl->RefreshReadiness();
-  impl->ready_thread = std::thread([raw] {
+  impl->readiness = {{"builder", {{"ok", false}, {"detail", "first check pending"}}}};
+  if (opts.readiness_checks) impl->ready_thread = std::thread([raw] {
     int ticks = 0;
+    raw->RefreshReadiness();
     while (!raw->stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (++ticks % 50 == 0) raw->RefreshReadiness();  // every 10 s

@@ -22,6 +22,7 @@ struct RuntimeOptions {
   size_t worker_threads = 2;                 // scheduler.max-threads of the actor system
   std::shared_ptr<Builder> builder;          // null: BuildahBuilder with the real buildah
   bool open_repositories = true;             // false for `kiln build --source` (no git)
+  bool readiness_checks = true;              // background builder/registry checks for /readyz
 };
 
 class Runtime : public ToolBackend {

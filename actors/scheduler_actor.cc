@@ -51,7 +51,8 @@ void Dispatch(Self* self) {
 }
 
 caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::string, int> weights,
-                                std::shared_ptr<BuildMetrics> metrics) {
+                                std::shared_ptr<BuildMetrics> metrics,
+                                std::vector<std::pair<std::string, OutcomePtr>> known) {
   self->attach_functor([](const caf::error& reason) {
     if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
       spdlog::warn("scheduler actor exited: {}", caf::to_string(reason));
@@ -71,6 +72,7 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
   auto& s = self->state;
   s.core = std::make_unique<SchedulerCore>(max_parallel);
   for (const auto& [d, w] : weights) s.core->SetWeight(d, w);
+  for (auto& [k, o] : known) s.core->Remember(k, o);
   s.weights = std::move(weights);
   s.metrics = std::move(metrics);
   return {
@@ -155,8 +157,10 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
 }  // namespace
 
 caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
-                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics) {
-  return sys.spawn(SchedulerBehavior, max_parallel, std::move(weights), std::move(metrics));
+                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
+                          std::vector<std::pair<std::string, OutcomePtr>> known) {
+  return sys.spawn(SchedulerBehavior, max_parallel, std::move(weights), std::move(metrics),
+                   std::move(known));
 }
 
 }  // namespace kiln

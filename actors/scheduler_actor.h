@@ -7,13 +7,19 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/build_types.h"
 
 namespace kiln {
 
 class BuildMetrics;
 
 /// `weights`: domain -> weight. `metrics` may be null.
+/// `known` seeds the build-key cache (loaded from the KeyStore).
 caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
-                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics);
+                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
+                          std::vector<std::pair<std::string, OutcomePtr>> known = {});
 
 }  // namespace kiln

@@ -123,6 +123,7 @@ int Build(const std::map<std::string, std::string>& flags) {
 
   kiln::RuntimeOptions opts;
   opts.open_repositories = false;
+  opts.readiness_checks = false;
   std::unique_ptr<kiln::Runtime> rt;
   st = kiln::Runtime::Create(cfg, opts, &rt);
   if (!st.ok()) {

@@ -57,6 +57,20 @@ Status PushFailure(const ProcessResult& r, const std::string& registry) {
                              std::to_string(r.exit_code) + "): " + LastLines(o, 2));
 }
 
+// buildah could not start the build (typically: pulling a base image failed). Names the
+// registry problem when there is one; the last line names the image and registry host.
+Status PrepareFailure(const std::string& o) {
+  auto has = [&](const char* s) { return o.find(s) != std::string::npos; };
+  if (has("unauthorized") || has("authentication required") || has("401 Unauthorized"))
+    return Status::PermissionDenied("builder could not pull a base image: the registry rejected "
+                                    "kiln's credential: " + LastLines(o, 1));
+  if (has("connection refused") || has("no such host") || has("i/o timeout") ||
+      has("connection reset"))
+    return Status::Unavailable("builder could not pull a base image: registry unreachable: " +
+                               LastLines(o, 1));
+  return Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1));
+}
+
 }  // namespace
 
 BuildahBuilder::BuildahBuilder(ProcessRunner* runner, std::string buildah)
@@ -136,8 +150,9 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   std::string host = RegistryHost(job.registry.url);
   ProcessSpec spec;
   spec.argv = StorageArgs(job);
-  std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--pull=missing",
-                                "--retry", "1", "-f", file, "--iidfile", iidfile,
+  // --force-rm: a failed step must not leave its working container in the candidate's storage.
+  std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--force-rm",
+                                "--pull=missing", "--retry", "1", "-f", file, "--iidfile", iidfile,
                                 "--build-arg", "KILN_REGISTRY=" + host,
                                 "--label", "kiln.build-key=" + job.key,
                                 "--label", "kiln.candidate=" + job.candidate};
@@ -184,7 +199,7 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
                  o.find("initializing source") != std::string::npos ||
                  o.find("pinging container registry") != std::string::npos;
     res.compile_failed = !infra;
-    res.status = infra ? Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1))
+    res.status = infra ? PrepareFailure(o)
                        : Status::FailedPrecondition("build failed (exit " +
                                                     std::to_string(r.exit_code) + ")");
     return res;

@@ -95,8 +95,7 @@ void MetricsRegistry::DeclareHistogram(const std::string& name, const std::strin
   Declare(name, Kind::kHistogram, help, std::move(buckets));
 }
 
-void MetricsRegistry::Increment(const std::string& name, const MetricLabels& labels,
-                                double value) {
+void MetricsRegistry::Increment(const std::string& name, const MetricLabels& labels, double value) {
   if (value < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = families_.find(name);
@@ -163,8 +162,7 @@ std::string MetricsRegistry::Render() const {
       out << name << "_bucket" << RenderLabels(labels, "le", "+Inf") << " "
           << FormatMetricValue(cumulative) << "\n";
       out << name << "_sum" << RenderLabels(labels) << " " << FormatMetricValue(h.sum) << "\n";
-      out << name << "_count" << RenderLabels(labels) << " " << FormatMetricValue(h.count)
-          << "\n";
+      out << name << "_count" << RenderLabels(labels) << " " << FormatMetricValue(h.count) << "\n";
     }
   }
   return out.str();

@@ -1,9 +1,9 @@
 #include "common/metrics.h"
 
+#include <gtest/gtest.h>
+
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace kiln {
 namespace {
@@ -49,8 +49,7 @@ TEST(MetricsRegistryTest, HistogramBucketsAreCumulative) {
   m.Observe("h", {{"tool", "x"}}, 5);
   std::string text = m.Render();
   EXPECT_NE(text.find("# TYPE h histogram\n"), std::string::npos);
-  EXPECT_NE(text.find("h_bucket{tool=\"x\",le=\"0.1\"} 1\n"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("h_bucket{tool=\"x\",le=\"0.1\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("h_bucket{tool=\"x\",le=\"1\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("h_bucket{tool=\"x\",le=\"+Inf\"} 3\n"), std::string::npos);
   EXPECT_NE(text.find("h_sum{tool=\"x\"} 5.55\n"), std::string::npos);

@@ -49,8 +49,7 @@ class Authenticator {
   Authenticator(const Config& config, bool check_host);
 
   /// Checks Origin and Host. Returns status 403 with a message when refused.
-  AuthDecision CheckOrigin(std::string_view origin, bool has_origin,
-                           std::string_view host) const;
+  AuthDecision CheckOrigin(std::string_view origin, bool has_origin, std::string_view host) const;
 
   /// Resolves the Authorization header value. Returns status 401 (with WWW-Authenticate
   /// `Bearer`, plus `error="invalid_token"` when a token was given but is unknown) on failure.

@@ -53,8 +53,7 @@ ToolResult Immediate(const ToolCall& call, uint64_t handle) {
 
 }  // namespace
 
-FakeToolBackend::FakeToolBackend(Options options)
-    : options_(options), worker_([this] { Run(); }) {}
+FakeToolBackend::FakeToolBackend(Options options) : options_(options), worker_([this] { Run(); }) {}
 
 FakeToolBackend::~FakeToolBackend() {
   {

@@ -1,19 +1,19 @@
 #include "transport/http_server.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
-#include <deque>
-#include <mutex>
-#include <set>
-#include <thread>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
+#include <deque>
+#include <mutex>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
+#include <set>
+#include <thread>
 
 #include "transport/mcp_handler.h"
 
@@ -376,20 +376,17 @@ class Responder : public HttpResponder {
   Responder(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, uint64_t gen)
       : shared_(std::move(shared)), conn_(std::move(conn)), gen_(gen) {}
 
-  void Reply(int status, std::string content_type, std::string body,
-             HttpHeaders headers) override {
+  void Reply(int status, std::string content_type, std::string body, HttpHeaders headers) override {
     uint64_t gen = gen_;
-    HttpServer::Impl::PostTo(shared_, conn_,
-                             [=, ct = std::move(content_type), b = std::move(body),
-                              h = std::move(headers)](Connection& c) {
-                               c.Reply(gen, status, ct, b, h);
-                             });
+    HttpServer::Impl::PostTo(
+        shared_, conn_,
+        [=, ct = std::move(content_type), b = std::move(body),
+         h = std::move(headers)](Connection& c) { c.Reply(gen, status, ct, b, h); });
   }
   void StartStream(int status, std::string content_type, HttpHeaders headers) override {
     uint64_t gen = gen_;
     HttpServer::Impl::PostTo(
-        shared_, conn_,
-        [=, ct = std::move(content_type), h = std::move(headers)](Connection& c) {
+        shared_, conn_, [=, ct = std::move(content_type), h = std::move(headers)](Connection& c) {
           c.StartStream(gen, status, ct, h);
         });
   }
@@ -516,23 +513,28 @@ void HttpServer::Impl::Stop() {
     std::lock_guard<std::mutex> lock(conns_mu_);
     conns.swap(conns_);
   }
-  conns.clear();  // sockets close; pending handlers die with the io_context
+  // No io thread runs now, so touching the connections directly is safe. Close every socket
+  // explicitly: a connection with an operation pending is also referenced by the stopped
+  // io_context and would otherwise keep its socket (and its client) open.
+  for (auto& [ptr, c] : conns) c->Close();
+  conns.clear();
 }
 
 void HttpServer::Impl::DoAccept() {
-  acceptor_->async_accept(
-      net::make_strand(ioc_), [this](boost::system::error_code ec, tcp::socket socket) {
-        if (ec == net::error::operation_aborted || !acceptor_->is_open()) return;
-        if (!ec) {
-          auto c = std::make_shared<Connection>(std::move(socket), this);
-          {
-            std::lock_guard<std::mutex> lock(conns_mu_);
-            conns_[c.get()] = c;
-          }
-          c->Start();
-        }
-        DoAccept();
-      });
+  acceptor_->async_accept(net::make_strand(ioc_),
+                          [this](boost::system::error_code ec, tcp::socket socket) {
+                            if (ec == net::error::operation_aborted || !acceptor_->is_open())
+                              return;
+                            if (!ec) {
+                              auto c = std::make_shared<Connection>(std::move(socket), this);
+                              {
+                                std::lock_guard<std::mutex> lock(conns_mu_);
+                                conns_[c.get()] = c;
+                              }
+                              c->Start();
+                            }
+                            DoAccept();
+                          });
 }
 
 void HttpServer::Impl::ScheduleEviction() {
@@ -603,9 +605,9 @@ void HttpServer::Impl::Dispatch(const HttpRequest& request,
     if (request.path == "/readyz") return Readyz(responder);
     return responder->Reply(200, "text/plain; version=0.0.4; charset=utf-8", MetricsText());
   }
-  AuthDecision origin = auth_.CheckOrigin(request.Header("origin").value_or(""),
-                                          request.Header("origin").has_value(),
-                                          request.Header("host").value_or(""));
+  AuthDecision origin =
+      auth_.CheckOrigin(request.Header("origin").value_or(""), request.Header("origin").has_value(),
+                        request.Header("host").value_or(""));
   if (!origin.ok()) {
     count("origin", origin.status);
     return responder->Reply(origin.status, "application/json", JsonError(origin.message));
@@ -716,10 +718,11 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
       bool cancelled = shared->handler.CallFinished(session, call);
       double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      shared->metrics.Increment(
-          "kiln_mcp_tool_calls_total",
-          {{"tool", call.call.tool},
-           {"outcome", cancelled ? "cancelled" : result.is_error ? "error" : "ok"}});
+      shared->metrics.Increment("kiln_mcp_tool_calls_total",
+                                {{"tool", call.call.tool},
+                                 {"outcome", cancelled         ? "cancelled"
+                                             : result.is_error ? "error"
+                                                               : "ok"}});
       shared->metrics.Observe("kiln_mcp_tool_call_seconds", {{"tool", call.call.tool}}, seconds);
       std::lock_guard<std::mutex> lock(run->mu);
       std::string text = run->stream.OnDone(i, result, cancelled);

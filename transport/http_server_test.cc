@@ -5,10 +5,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/sha256.h"
@@ -135,12 +134,13 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::string Initialize(Client& c, const std::string& token = "demo-token") {
-    Response r = Mcp(c,
-                     {{"jsonrpc", "2.0"},
-                      {"id", 0},
-                      {"method", "initialize"},
-                      {"params", {{"protocolVersion", "2025-11-25"}, {"capabilities", json::object()}}}},
-                     "", token);
+    Response r =
+        Mcp(c,
+            {{"jsonrpc", "2.0"},
+             {"id", 0},
+             {"method", "initialize"},
+             {"params", {{"protocolVersion", "2025-11-25"}, {"capabilities", json::object()}}}},
+            "", token);
     EXPECT_EQ(r.status, 200) << r.body;
     std::string session = r.Header("mcp-session-id");
     EXPECT_EQ(session.size(), 32u);
@@ -281,7 +281,8 @@ TEST_F(HttpServerTest, SlowBuildDoesNotDelayStatusOnAnotherConnectionAndCancelRe
   for (const json& m : SseMessages(built.body)) {
     EXPECT_FALSE(m.contains("id")) << "a cancelled call gets no response: " << m.dump();
   }
-  EXPECT_TRUE(backend_->finished().count(build_handle));
+  // The fake records "finished" just after its done callback returned.
+  EXPECT_TRUE(WaitFor([&] { return backend_->finished().count(build_handle) == 1; }));
 }
 
 TEST_F(HttpServerTest, SseProgressThenResultThenEnd) {
@@ -291,7 +292,11 @@ TEST_F(HttpServerTest, SseProgressThenResultThenEnd) {
   StartServer(fake);
   Client c(server_->port());
   std::string session = Initialize(c);
-  ASSERT_EQ(Mcp(c, {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "logging/setLevel"}, {"params", {{"level", "info"}}}},
+  ASSERT_EQ(Mcp(c,
+                {{"jsonrpc", "2.0"},
+                 {"id", 1},
+                 {"method", "logging/setLevel"},
+                 {"params", {{"level", "info"}}}},
                 session)
                 .status,
             200);
@@ -381,11 +386,12 @@ TEST_F(HttpServerTest, CustomRoutesCanStreamFromOtherThreads) {
         out->Finish();
       });
     });
-    s.AddRoute("POST", "/git/",
-               [](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
-                 out->Reply(200, "text/plain", std::to_string(req.body.size()));
-               },
-               /*max_body_bytes=*/8 << 20);
+    s.AddRoute(
+        "POST", "/git/",
+        [](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
+          out->Reply(200, "text/plain", std::to_string(req.body.size()));
+        },
+        /*max_body_bytes=*/8 << 20);
   });
   Client c(server_->port());
   Response r = c.Send(http::verb::get, "/v1/status");

@@ -92,9 +92,13 @@ bool IsJsonContentType(const std::optional<std::string>& header) {
 }
 
 const std::vector<std::string>& KnownMethods() {
-  static const std::vector<std::string> kMethods = {
-      "initialize", "ping", "tools/list", "tools/call", "logging/setLevel",
-      "notifications/initialized", "notifications/cancelled"};
+  static const std::vector<std::string> kMethods = {"initialize",
+                                                    "ping",
+                                                    "tools/list",
+                                                    "tools/call",
+                                                    "logging/setLevel",
+                                                    "notifications/initialized",
+                                                    "notifications/cancelled"};
   return kMethods;
 }
 
@@ -199,7 +203,8 @@ McpDecision McpHandler::Handle(const McpRequest& request) {
   }
   if (request.http_method == "DELETE") {
     if (!request.session_id) {
-      d.reply = ErrorReply(400, rpc::kServerError, "Bad Request: MCP-Session-Id header is required");
+      d.reply =
+          ErrorReply(400, rpc::kServerError, "Bad Request: MCP-Session-Id header is required");
       return d;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -279,12 +284,13 @@ McpDecision McpHandler::HandlePost(const McpRequest& request) {
     if (version != "2025-03-26") {
       d.reply = JsonReply(400, JsonRpcError(nullptr, rpc::kInvalidRequest,
                                             "Invalid Request: JSON-RPC batches are not "
-                                            "supported in protocol " + version));
+                                            "supported in protocol " +
+                                                version));
       return d;
     }
     if (body.empty()) {
-      d.reply = JsonReply(400, JsonRpcError(nullptr, rpc::kInvalidRequest,
-                                            "Invalid Request: empty batch"));
+      d.reply = JsonReply(
+          400, JsonRpcError(nullptr, rpc::kInvalidRequest, "Invalid Request: empty batch"));
       return d;
     }
     d.batch = true;
@@ -336,8 +342,8 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
   }
   const json& id = message["id"];
   if (!ValidId(id)) {
-    d.reply = ErrorReply(400, rpc::kInvalidRequest,
-                         "Invalid Request: id must be a string or an integer");
+    d.reply =
+        ErrorReply(400, rpc::kInvalidRequest, "Invalid Request: id must be a string or an integer");
     return d;
   }
   const json params = message.value("params", json());
@@ -355,10 +361,10 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
     std::lock_guard<std::mutex> lock(mu_);
     if (sessions_.size() >= options_.max_sessions) EvictIdleLocked();
     if (sessions_.size() >= options_.max_sessions) {
-      d.reply = JsonReply(503, JsonRpcError(id, rpc::kServerError,
-                                            "too many sessions (limit " +
-                                                std::to_string(options_.max_sessions) +
-                                                "); end unused sessions with DELETE"));
+      d.reply = JsonReply(
+          503, JsonRpcError(id, rpc::kServerError,
+                            "too many sessions (limit " + std::to_string(options_.max_sessions) +
+                                "); end unused sessions with DELETE"));
       d.reply.headers.push_back({"Retry-After", "10"});
       return d;
     }
@@ -374,8 +380,8 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
   json result = {
       {"protocolVersion", version},
       {"capabilities", {{"tools", {{"listChanged", false}}}, {"logging", json::object()}}},
-      {"serverInfo", {{"name", "kiln"}, {"title", "kiln image builder"},
-                      {"version", options_.server_version}}},
+      {"serverInfo",
+       {{"name", "kiln"}, {"title", "kiln image builder"}, {"version", options_.server_version}}},
   };
   if (!options_.instructions.empty()) result["instructions"] = options_.instructions;
   d.session_id = session_id;
@@ -428,8 +434,8 @@ McpHandler::Outcome McpHandler::HandleMessage(const std::string& session_id, Ses
     auto aliases = options_.tool_aliases.find(session.domain);
     static const std::map<std::string, std::string> kNone;
     o.response = JsonRpcResult(
-        id, {{"tools", catalog_.ListFor(aliases == options_.tool_aliases.end() ? kNone
-                                                                                 : aliases->second)}});
+        id, {{"tools",
+              catalog_.ListFor(aliases == options_.tool_aliases.end() ? kNone : aliases->second)}});
   } else if (method == "logging/setLevel") {
     std::optional<McpLogLevel> level;
     if (params.is_object() && params.contains("level") && params["level"].is_string()) {
@@ -469,8 +475,8 @@ McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, S
   const std::string& name = name_it->get_ref<const std::string&>();
   static const std::map<std::string, std::string> kNone;
   auto aliases = options_.tool_aliases.find(session.domain);
-  std::optional<std::string> canonical = catalog_.Resolve(
-      name, aliases == options_.tool_aliases.end() ? kNone : aliases->second);
+  std::optional<std::string> canonical =
+      catalog_.Resolve(name, aliases == options_.tool_aliases.end() ? kNone : aliases->second);
   if (!canonical) return bad_params("Unknown tool: " + name);
   json arguments = json::object();
   if (params.contains("arguments")) {
@@ -479,9 +485,9 @@ McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, S
     if (!arguments.is_object()) return bad_params("Invalid params: arguments must be an object");
   }
   if (session.inflight.size() >= options_.max_calls_per_session) {
-    o.response = JsonRpcError(id, rpc::kServerError,
-                              "too many calls in flight (limit " +
-                                  std::to_string(options_.max_calls_per_session) + ")");
+    o.response = JsonRpcError(
+        id, rpc::kServerError,
+        "too many calls in flight (limit " + std::to_string(options_.max_calls_per_session) + ")");
     return o;
   }
   std::string key = id.dump();
@@ -600,10 +606,10 @@ std::vector<json> ProgressTracker::OnProgress(const ToolProgress& p) {
     out.push_back({{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", params}});
   }
   if (log_progress_ && !p.message.empty()) {
-    out.push_back({{"jsonrpc", "2.0"},
-                   {"method", "notifications/message"},
-                   {"params",
-                    {{"level", "info"}, {"logger", "kiln"}, {"data", tool_ + ": " + p.message}}}});
+    out.push_back(
+        {{"jsonrpc", "2.0"},
+         {"method", "notifications/message"},
+         {"params", {{"level", "info"}, {"logger", "kiln"}, {"data", tool_ + ": " + p.message}}}});
   }
   return out;
 }

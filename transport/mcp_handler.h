@@ -29,13 +29,12 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "transport/tool_backend.h"
 #include "transport/tool_catalog.h"
@@ -137,7 +136,7 @@ class McpHandler {
     /// domain -> (alias -> tool)
     std::map<std::string, std::map<std::string, std::string>> tool_aliases;
     ToolCatalog::Options catalog;
-    Clock clock;               // default: steady_clock::now
+    Clock clock;                 // default: steady_clock::now
     IdGenerator new_session_id;  // default: 128 random bits (OpenSSL RAND_bytes) as hex
   };
 
@@ -193,8 +192,8 @@ class McpHandler {
   McpDecision HandleInitialize(const McpRequest& request, const nlohmann::json& message);
   Outcome HandleMessage(const std::string& session_id, Session& session,
                         const nlohmann::json& message, McpDecision& decision);
-  Outcome HandleToolsCall(const std::string& session_id, Session& session,
-                          const nlohmann::json& id, const nlohmann::json& params);
+  Outcome HandleToolsCall(const std::string& session_id, Session& session, const nlohmann::json& id,
+                          const nlohmann::json& params);
   void HandleCancelled(Session& session, const nlohmann::json& params, McpDecision& decision);
   size_t EvictIdleLocked();
 

@@ -164,7 +164,8 @@ TEST_F(McpHandlerTest, InvalidRequests) {
 
 TEST_F(McpHandlerTest, LargeIntegerAndStringIdsAreEchoed) {
   std::string s = Initialize();
-  McpDecision d = Send({{"jsonrpc", "2.0"}, {"id", 18446744073709551615ull}, {"method", "ping"}}, s);
+  McpDecision d =
+      Send({{"jsonrpc", "2.0"}, {"id", 18446744073709551615ull}, {"method", "ping"}}, s);
   EXPECT_EQ(Body(d)["id"], 18446744073709551615ull);
   d = Send({{"jsonrpc", "2.0"}, {"id", -9223372036854775807ll}, {"method", "ping"}}, s);
   EXPECT_EQ(Body(d)["id"], -9223372036854775807ll);
@@ -290,10 +291,10 @@ TEST_F(McpHandlerTest, BatchesOnlyIn20250326) {
   EXPECT_EQ(handler_.Handle(r).reply.status, 200);
 
   // A batch with tool calls dispatches them and keeps the ready answers.
-  d = handler_.Handle(Post(
-      json::array({Call(10, "list_candidates"), {{"jsonrpc", "2.0"}, {"id", 11}, {"method", "ping"}}})
-          .dump(),
-      old));
+  d = handler_.Handle(Post(json::array({Call(10, "list_candidates"),
+                                        {{"jsonrpc", "2.0"}, {"id", 11}, {"method", "ping"}}})
+                               .dump(),
+                           old));
   EXPECT_TRUE(d.batch);
   ASSERT_EQ(d.calls.size(), 1u);
   ASSERT_EQ(d.ready_responses.size(), 1u);
@@ -310,21 +311,28 @@ TEST_F(McpHandlerTest, PingAndSetLevel) {
   std::string s = Initialize();
   EXPECT_EQ(Body(Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, s))["result"],
             json::object());
-  McpDecision d = Send(
-      {{"jsonrpc", "2.0"}, {"id", 2}, {"method", "logging/setLevel"}, {"params", {{"level", "loud"}}}},
-      s);
+  McpDecision d = Send({{"jsonrpc", "2.0"},
+                        {"id", 2},
+                        {"method", "logging/setLevel"},
+                        {"params", {{"level", "loud"}}}},
+                       s);
   EXPECT_EQ(Body(d)["error"]["code"], rpc::kInvalidParams);
   EXPECT_FALSE(handler_.SessionLogLevel(s));
-  d = Send(
-      {{"jsonrpc", "2.0"}, {"id", 3}, {"method", "logging/setLevel"}, {"params", {{"level", "notice"}}}},
-      s);
+  d = Send({{"jsonrpc", "2.0"},
+            {"id", 3},
+            {"method", "logging/setLevel"},
+            {"params", {{"level", "notice"}}}},
+           s);
   EXPECT_EQ(Body(d)["result"], json::object());
   EXPECT_EQ(handler_.SessionLogLevel(s), McpLogLevel::kNotice);
   // notice > info: progress is not logged.
   d = Send(Call(4, "list_candidates"), s);
   ASSERT_EQ(d.calls.size(), 1u);
   EXPECT_FALSE(d.calls[0].log_progress);
-  Send({{"jsonrpc", "2.0"}, {"id", 5}, {"method", "logging/setLevel"}, {"params", {{"level", "debug"}}}},
+  Send({{"jsonrpc", "2.0"},
+        {"id", 5},
+        {"method", "logging/setLevel"},
+        {"params", {{"level", "debug"}}}},
        s);
   d = Send(Call(6, "list_candidates"), s);
   ASSERT_EQ(d.calls.size(), 1u);
@@ -333,7 +341,8 @@ TEST_F(McpHandlerTest, PingAndSetLevel) {
 
 TEST_F(McpHandlerTest, ToolsListHasDefinitionsAndAliases) {
   std::string s = Initialize();
-  json tools = Body(Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}}, s))["result"]["tools"];
+  json tools =
+      Body(Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}}, s))["result"]["tools"];
   std::vector<std::string> names;
   for (const auto& t : tools) {
     names.push_back(t["name"]);
@@ -346,7 +355,7 @@ TEST_F(McpHandlerTest, ToolsListHasDefinitionsAndAliases) {
     EXPECT_TRUE(t["annotations"].contains("readOnlyHint"));
   }
   EXPECT_EQ(names, (std::vector<std::string>{"build_candidate", "candidate_status", "build_log",
-                                              "cancel_build", "list_candidates", "build_epp"}));
+                                             "cancel_build", "list_candidates", "build_epp"}));
   EXPECT_EQ(tools[5]["inputSchema"], tools[0]["inputSchema"]);
   EXPECT_EQ(tools[0]["inputSchema"]["required"], json::array({"candidate"}));
   EXPECT_EQ(tools[0]["annotations"]["readOnlyHint"], false);
@@ -363,11 +372,13 @@ TEST_F(McpHandlerTest, ToolsCallValidation) {
   json bad_args = Call(3, "candidate_status");
   bad_args["params"]["arguments"] = json::array({"x"});
   EXPECT_EQ(Body(Send(bad_args, s))["error"]["code"], rpc::kInvalidParams);
-  json no_name = {{"jsonrpc", "2.0"}, {"id", 4}, {"method", "tools/call"}, {"params", json::object()}};
+  json no_name = {
+      {"jsonrpc", "2.0"}, {"id", 4}, {"method", "tools/call"}, {"params", json::object()}};
   EXPECT_EQ(Body(Send(no_name, s))["error"]["code"], rpc::kInvalidParams);
 
   // Absent arguments become {}; aliases resolve to the canonical tool.
-  json no_args = {{"jsonrpc", "2.0"}, {"id", 5}, {"method", "tools/call"}, {"params", {{"name", "build_epp"}}}};
+  json no_args = {
+      {"jsonrpc", "2.0"}, {"id", 5}, {"method", "tools/call"}, {"params", {{"name", "build_epp"}}}};
   McpDecision d = Send(no_args, s);
   ASSERT_EQ(d.calls.size(), 1u);
   EXPECT_EQ(d.calls[0].call.tool, "build_candidate");
@@ -423,7 +434,8 @@ TEST_F(McpHandlerTest, CancelRoutesToTheRightCallOfTheRightSession) {
   EXPECT_FALSE(handler_.CallStarted(s2, b.calls[0], 200));
   EXPECT_FALSE(handler_.CallStarted(s1, c.calls[0], 300));
   McpDecision cancel = Send(
-      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 7}}}}, s2);
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 7}}}},
+      s2);
   EXPECT_EQ(cancel.reply.status, 202);
   EXPECT_EQ(cancel.cancel, std::vector<uint64_t>{200});
   cancel = Send({{"jsonrpc", "2.0"},
@@ -433,10 +445,12 @@ TEST_F(McpHandlerTest, CancelRoutesToTheRightCallOfTheRightSession) {
   EXPECT_EQ(cancel.cancel, std::vector<uint64_t>{300});
   // Cancelling again or an unknown id does nothing.
   cancel = Send(
-      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", "7"}}}}, s1);
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", "7"}}}},
+      s1);
   EXPECT_TRUE(cancel.cancel.empty());
   cancel = Send(
-      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 99}}}}, s1);
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 99}}}},
+      s1);
   EXPECT_TRUE(cancel.cancel.empty());
   EXPECT_TRUE(handler_.CallFinished(s2, b.calls[0]));
   EXPECT_FALSE(handler_.CallFinished(s1, a.calls[0]));
@@ -446,7 +460,8 @@ TEST_F(McpHandlerTest, CancelBeforeHandleKnownIsReportedByCallStarted) {
   std::string s = Initialize();
   McpDecision a = Send(Call(1, "build_candidate", {{"candidate", "x"}}), s);
   McpDecision cancel = Send(
-      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}}, s);
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}},
+      s);
   EXPECT_TRUE(cancel.cancel.empty());
   EXPECT_TRUE(handler_.CallStarted(s, a.calls[0], 5));
 }

@@ -15,8 +15,8 @@ json Nullable(json schema) {
 
 json OpenObject(json properties) {
   if (properties.is_null()) properties = json::object();
-  return {{"type", "object"}, {"properties", std::move(properties)},
-          {"additionalProperties", true}};
+  return {
+      {"type", "object"}, {"properties", std::move(properties)}, {"additionalProperties", true}};
 }
 
 json StringProp(const std::string& description) {
@@ -38,8 +38,8 @@ json BuildResultSchema() {
                              {"build_ms", Nullable({{"type", "number"}})},
                              {"push_ms", Nullable({{"type", "number"}})},
                              {"total_ms", Nullable({{"type", "number"}})}});
-  json image = OpenObject({{"ref", Nullable({{"type", "string"}})},
-                           {"digest", Nullable({{"type", "string"}})}});
+  json image = OpenObject(
+      {{"ref", Nullable({{"type", "string"}})}, {"digest", Nullable({{"type", "string"}})}});
   image["type"] = json::array({"object", "null"});
   timings["type"] = json::array({"object", "null"});
   return OpenObject({
@@ -66,14 +66,14 @@ json Annotations(bool read_only, bool destructive, bool idempotent) {
 json Tool(const std::string& name, const std::string& title, const std::string& description,
           json input, json output, json annotations) {
   annotations["title"] = title;
-  return {{"name", name},       {"title", title},         {"description", description},
+  return {{"name", name},         {"title", title},         {"description", description},
           {"inputSchema", input}, {"outputSchema", output}, {"annotations", annotations}};
 }
 
 json InputObject(json properties, std::vector<std::string> required) {
   if (properties.is_null()) properties = json::object();
-  json s = {{"type", "object"}, {"properties", std::move(properties)},
-            {"additionalProperties", false}};
+  json s = {
+      {"type", "object"}, {"properties", std::move(properties)}, {"additionalProperties", false}};
   if (!required.empty()) s["required"] = required;
   return s;
 }
@@ -90,9 +90,10 @@ json BuildCandidate() {
                    {"ref", StringProp("Git ref to build (default: the branch named after the "
                                       "candidate).")},
                    {"commit", StringProp("Exact commit to build (40 hex characters).")},
-                   {"wait", {{"type", "boolean"},
-                             {"default", true},
-                             {"description", "Wait for the build to finish."}}}},
+                   {"wait",
+                    {{"type", "boolean"},
+                     {"default", true},
+                     {"description", "Wait for the build to finish."}}}},
                   {"candidate"}),
       BuildResultSchema(), Annotations(false, false, true));
 }
@@ -118,14 +119,15 @@ json BuildLog() {
       "build_log", "Build log",
       "A page of a build's log. Start at offset 0 and pass next_offset to read on; complete is "
       "true when the build finished and the whole log was read.",
-      InputObject({{"build_id", StringProp("Build identifier.")},
-                   {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset."}}},
-                   {"limit",
-                    {{"type", "integer"},
-                     {"minimum", 1},
-                     {"maximum", 1048576},
-                     {"description", "Maximum bytes to return."}}}},
-                  {"build_id"}),
+      InputObject(
+          {{"build_id", StringProp("Build identifier.")},
+           {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset."}}},
+           {"limit",
+            {{"type", "integer"},
+             {"minimum", 1},
+             {"maximum", 1048576},
+             {"description", "Maximum bytes to return."}}}},
+          {"build_id"}),
       OpenObject({{"build_id", Nullable({{"type", "string"}})},
                   {"text", Nullable({{"type", "string"}})},
                   {"next_offset", Nullable({{"type", "integer"}})},
@@ -154,8 +156,8 @@ json ListCandidates() {
 }
 
 json DeployCandidate() {
-  json image = OpenObject({{"ref", Nullable({{"type", "string"}})},
-                           {"digest", Nullable({{"type", "string"}})}});
+  json image = OpenObject(
+      {{"ref", Nullable({{"type", "string"}})}, {"digest", Nullable({{"type", "string"}})}});
   image["type"] = json::array({"object", "null"});
   return Tool(
       "deploy_candidate", "Deploy candidate",

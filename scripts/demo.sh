@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# kiln's main job on embedded defaults, end to end, on a fresh machine:
+#   installs packages, builds kiln, starts a local docker-registry (htpasswd auth) on
+#   127.0.0.1:5000, makes the local base images, writes a config with two example domains,
+#   starts `kiln serve`, puts the example sources on candidate branches, and runs a scripted
+#   agent (official MCP TypeScript SDK client) through a build with progress, a concurrent
+#   status call and a compile error. Stops kiln and the registry at the end.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DEMO="${KILN_DEMO_DIR:-$ROOT/.kiln-demo}"
+PORT="${KILN_PORT:-8700}"
+REG_PORT="${KILN_REGISTRY_PORT:-5000}"
+BUILD_DIR="${KILN_BUILD_DIR:-$ROOT/build}"
+KILN="$BUILD_DIR/app/kiln"
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+say "setup (packages) and build"
+"$ROOT/scripts/setup.sh"
+KILN_BUILD_DIR="$BUILD_DIR" "$ROOT/scripts/build.sh" kiln
+(cd "$ROOT/tests/e2e" && [ -d node_modules/@modelcontextprotocol/sdk ] || npm install --no-audit --no-fund --silent)
+
+mkdir -p "$DEMO"
+say "local registry on 127.0.0.1:$REG_PORT"
+"$ROOT/scripts/registry.sh" start --dir "$DEMO/registry" --port "$REG_PORT"
+say "base images (first run takes a minute or two)"
+"$ROOT/scripts/base_images.sh" --registry "127.0.0.1:$REG_PORT" --authfile "$DEMO/registry/auth.json"
+
+say "config"
+if [ ! -f "$DEMO/epp.token" ]; then
+  umask 077
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DEMO/epp.token"
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DEMO/ranker.token"
+  umask 022
+fi
+EPP_HASH=$("$KILN" hash-token < "$DEMO/epp.token")
+RANKER_HASH=$("$KILN" hash-token < "$DEMO/ranker.token")
+cat > "$DEMO/kiln.json" <<JSON
+{
+  "server": { "listen": "127.0.0.1:$PORT", "state_dir": "state", "allowed_origins": [] },
+  "scheduler": { "max_parallel_builds": 2 },
+  "registries": {
+    "local": { "url": "http://127.0.0.1:$REG_PORT", "auth_file": "registry/auth.json", "ca_file": null }
+  },
+  "domains": {
+    "epp": {
+      "token_sha256": ["$EPP_HASH"],
+      "weight": 1,
+      "tool_aliases": { "build_epp": "build_candidate" },
+      "build": { "mode": "containerfile", "timeout_s": 900,
+                 "containerfile": { "file": "Containerfile", "context": "." } },
+      "image": { "registry": "local", "repository": "loop/epp" },
+      "deploy": { "type": "none" }
+    },
+    "ranker": {
+      "token_sha256": ["$RANKER_HASH"],
+      "build": { "mode": "containerfile", "timeout_s": 900 },
+      "image": { "registry": "local", "repository": "loop/ranker" },
+      "deploy": { "type": "none" }
+    }
+  }
+}
+JSON
+"$KILN" check-config --config "$DEMO/kiln.json"
+
+say "kiln serve on 127.0.0.1:$PORT"
+"$KILN" serve --config "$DEMO/kiln.json" > "$DEMO/kiln.log" 2>&1 &
+KILN_PID=$!
+cleanup() {
+  kill -TERM "$KILN_PID" 2>/dev/null && wait "$KILN_PID" 2>/dev/null || true
+  "$ROOT/scripts/registry.sh" stop --dir "$DEMO/registry" >/dev/null 2>&1 || true
+  echo "kiln log: $DEMO/kiln.log"
+}
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break
+  sleep 0.1
+done
+curl -sf "http://127.0.0.1:$PORT/healthz"; echo
+
+say "candidate branches: epp/c1 (builds), epp/c2 (a compile error), ranker/r1"
+WORK="$DEMO/agent-work"
+rm -rf "$WORK" && mkdir -p "$WORK"
+push_branch() {  # domain source-dir branch [sed-expression file]
+  local domain="$1" src="$2" branch="$3"
+  local w="$WORK/$domain-$branch"
+  cp -r "$src" "$w"
+  (cd "$w" && git init -q && git checkout -q -b "$branch" &&
+   if [ $# -ge 5 ]; then sed -i "$4" "$5"; fi &&
+   git add -A && git -c user.name=agent -c user.email=agent@sandbox commit -qm "candidate $branch" &&
+   git push -q "$DEMO/state/domains/$domain/repo.git" "HEAD:refs/heads/$branch")
+}
+push_branch epp "$ROOT/examples/epp" c1
+push_branch epp "$ROOT/examples/epp" c2 's/s += w.Adapter$/s += w.AdapterPenalty/' internal/scorer/scorer.go
+push_branch ranker "$ROOT/examples/ranker" r1
+
+say "scripted agent (MCP over Streamable HTTP, official TypeScript SDK client)"
+(cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/epp.token")" \
+  GOOD=c1 BAD=c2 node scripted_agent.mjs)
+
+say "the ranker domain, through the same scheduler"
+(cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/ranker.token")" \
+  node -e '
+import("@modelcontextprotocol/sdk/client/index.js").then(async ({ Client }) => {
+  const { StreamableHTTPClientTransport } = await import("@modelcontextprotocol/sdk/client/streamableHttp.js");
+  const t = new StreamableHTTPClientTransport(new URL(process.env.KILN_URL),
+    { requestInit: { headers: { Authorization: `Bearer ${process.env.KILN_TOKEN}` } } });
+  const c = new Client({ name: "ranker-agent", version: "1.0.0" });
+  await c.connect(t);
+  const r = await c.callTool({ name: "build_candidate", arguments: { candidate: "r1" } }, undefined, { timeout: 900000 });
+  const s = r.structuredContent;
+  console.log(`[ranker] build ${s.build_id}: ${s.status}`, s.image ? s.image.ref : "", JSON.stringify(s.timings));
+  await c.close();
+  process.exit(s.status === "succeeded" ? 0 : 1);
+});')
+
+say "metrics (excerpt)"
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^kiln_builds_total|^kiln_build_cache_hits_total' || true
+say "demo finished"

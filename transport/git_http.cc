@@ -1,0 +1,763 @@
+#include "transport/git_http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/names.h"
+#include "workspace/git_repo.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kRoutePrefix = "/git/";
+constexpr const char* kChildPath = "/usr/local/bin:/usr/bin:/bin";
+constexpr size_t kMaxCgiHeaderBytes = 64 * 1024;
+constexpr size_t kMaxStderrBytes = 16 * 1024;
+constexpr std::chrono::seconds kKillGrace{5};
+constexpr const char* kNotFound = "repository not found";
+
+std::string JsonError(const std::string& message) {
+  return nlohmann::json{{"error", message}}.dump();
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// A header value safe to hand to the CGI: bounded, printable, from a small character set.
+bool SafeHeaderValue(const std::string& v, const char* extra) {
+  if (v.empty() || v.size() > 256) return false;
+  for (unsigned char c : v) {
+    if (!std::isalnum(c) && !std::strchr(extra, c)) return false;
+  }
+  return true;
+}
+
+GitRouteDecision Refuse(int status, std::string message) {
+  GitRouteDecision d;
+  d.status = status;
+  d.message = std::move(message);
+  return d;
+}
+
+// Writes `content` to `path` atomically (temporary sibling + rename) with `mode`.
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
+  static std::atomic<uint64_t> seq{0};
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq++);
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << content;
+    f.close();
+    if (!f) return Status::Internal("cannot write " + tmp);
+  }
+  if (::chmod(tmp.c_str(), mode) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::Internal("cannot install " + path + ": " + strerror(err));
+  }
+  return Status::Ok();
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+void CloseFd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Holds a flock on a file for its lifetime.
+class FileLock {
+ public:
+  FileLock(const std::string& path, int op) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return;
+    int rc;
+    while ((rc = ::flock(fd_, op)) != 0 && errno == EINTR) {
+    }
+    if (rc != 0) CloseFd(fd_);
+  }
+  ~FileLock() { CloseFd(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Pure parts
+
+GitRouteDecision ParseGitHttpRoute(const std::string& method, const std::string& path,
+                                   const std::string& query) {
+  const std::string prefix = kRoutePrefix;
+  if (path.compare(0, prefix.size(), prefix) != 0) return Refuse(404, kNotFound);
+  std::string rest = path.substr(prefix.size());
+  // Domain names never need escapes, so none are decoded: "%2e%2e" stays a refusal.
+  if (rest.find_first_of("%\\") != std::string::npos) return Refuse(404, kNotFound);
+  size_t end = rest.find(".git/");
+  if (end == std::string::npos) return Refuse(404, kNotFound);
+  GitRouteDecision d;
+  d.route.domain = rest.substr(0, end);
+  if (!ValidateName(d.route.domain, "domain").ok()) return Refuse(404, kNotFound);
+  std::string suffix = rest.substr(end + 5);
+  if (suffix == "info/refs") {
+    if (method != "GET") return Refuse(405, "method not allowed");
+    d.route.advertisement = true;
+    if (query == "service=git-upload-pack") {
+      d.route.service = GitHttpRoute::Service::kUploadPack;
+    } else if (query == "service=git-receive-pack") {
+      d.route.service = GitHttpRoute::Service::kReceivePack;
+    } else {
+      return Refuse(400,
+                    "only git smart HTTP is served: expected ?service=git-upload-pack or "
+                    "?service=git-receive-pack");
+    }
+    d.route.path_info = "/repo.git/info/refs";
+    return d;
+  }
+  if (suffix == "git-upload-pack" || suffix == "git-receive-pack") {
+    if (method != "POST") return Refuse(405, "method not allowed");
+    d.route.service = suffix == "git-upload-pack" ? GitHttpRoute::Service::kUploadPack
+                                                  : GitHttpRoute::Service::kReceivePack;
+    d.route.path_info = "/repo.git/" + suffix;
+    return d;
+  }
+  return Refuse(404, kNotFound);
+}
+
+std::vector<std::string> BuildGitCgiEnv(const GitHttpRoute& route, const HttpRequest& request,
+                                        const GitCgiSettings& settings) {
+  const char* service =
+      route.service == GitHttpRoute::Service::kUploadPack ? "git-upload-pack" : "git-receive-pack";
+  std::vector<std::string> env = {
+      std::string("PATH=") + kChildPath,
+      "HOME=" + settings.home,
+      "LANG=C",
+      "LC_ALL=C",
+      "GIT_CONFIG_NOSYSTEM=1",
+      "GIT_CONFIG_GLOBAL=/dev/null",
+      "GIT_ATTR_NOSYSTEM=1",
+      "GIT_TERMINAL_PROMPT=0",
+      "GATEWAY_INTERFACE=CGI/1.1",
+      "SERVER_PROTOCOL=HTTP/1.1",
+      "SERVER_SOFTWARE=kiln",
+      "REQUEST_METHOD=" + std::string(route.advertisement ? "GET" : "POST"),
+      "GIT_PROJECT_ROOT=" + settings.project_root,
+      "PATH_INFO=" + route.path_info,
+      "QUERY_STRING=" + (route.advertisement ? std::string("service=") + service : std::string()),
+      "GIT_HTTP_EXPORT_ALL=1",
+      "REMOTE_USER=" + route.domain,
+      // HttpRequest carries no peer address; git only uses it in reflog identities.
+      "REMOTE_ADDR=kiln",
+  };
+  if (!route.advertisement) {
+    env.push_back("CONTENT_LENGTH=" + std::to_string(request.body.size()));
+    std::string type = request.Header("content-type").value_or("");
+    if (SafeHeaderValue(type, "-./+;= ")) env.push_back("CONTENT_TYPE=" + type);
+    std::string encoding = Lower(Trim(request.Header("content-encoding").value_or("")));
+    if (SafeHeaderValue(encoding, "-")) env.push_back("HTTP_CONTENT_ENCODING=" + encoding);
+  }
+  std::string protocol = request.Header("git-protocol").value_or("");
+  if (SafeHeaderValue(protocol, "=:.,-_")) env.push_back("HTTP_GIT_PROTOCOL=" + protocol);
+
+  // Config imposed on every git the CGI runs, whatever the repository's own config says.
+  const std::vector<std::pair<std::string, std::string>> config = {
+      {"http.uploadpack", "true"},
+      {"http.receivepack", "true"},
+      {"http.getanyfile", "false"},
+      {"core.hooksPath", settings.repo_dir + "/hooks"},
+      {"core.logAllRefUpdates", "false"},
+      {"receive.fsckObjects", "true"},
+      {"transfer.fsckObjects", "true"},
+      {"receive.maxInputSize", std::to_string(settings.max_push_bytes)},
+      {"receive.denyDeletes", "false"},
+      {"receive.denyNonFastForwards", "false"},
+      {"receive.advertisePushOptions", "false"},
+      {"receive.autogc", "false"},
+      {"gc.auto", "0"},
+      {"uploadpack.allowReachableSHA1InWant", "false"},
+  };
+  env.push_back("GIT_CONFIG_COUNT=" + std::to_string(config.size()));
+  for (size_t i = 0; i < config.size(); ++i) {
+    env.push_back("GIT_CONFIG_KEY_" + std::to_string(i) + "=" + config[i].first);
+    env.push_back("GIT_CONFIG_VALUE_" + std::to_string(i) + "=" + config[i].second);
+  }
+  return env;
+}
+
+CgiHeaderParser::State CgiHeaderParser::Feed(const char* data, size_t n) {
+  if (state_ == State::kDone) {
+    body_.append(data, n);
+    return state_;
+  }
+  if (state_ == State::kError) return state_;
+  size_t scan_from = buf_.size() >= 3 ? buf_.size() - 3 : 0;
+  buf_.append(data, n);
+  // The header block ends at the first empty line ("\n\n" or "\r\n\r\n").
+  size_t end = std::string::npos, body_at = 0;
+  for (size_t i = scan_from; i < buf_.size(); ++i) {
+    if (buf_[i] != '\n') continue;
+    if (i + 1 < buf_.size() && buf_[i + 1] == '\n') {
+      end = i + 1, body_at = i + 2;
+      break;
+    }
+    if (i + 2 < buf_.size() && buf_[i + 1] == '\r' && buf_[i + 2] == '\n') {
+      end = i + 1, body_at = i + 3;
+      break;
+    }
+  }
+  if (end == std::string::npos) {
+    if (buf_.size() > kMaxCgiHeaderBytes) state_ = State::kError;
+    return state_;
+  }
+  state_ = ParseHeaderBlock(buf_.substr(0, end));
+  if (state_ == State::kDone) body_ = buf_.substr(body_at);
+  buf_.clear();
+  return state_;
+}
+
+CgiHeaderParser::State CgiHeaderParser::ParseHeaderBlock(const std::string& block) {
+  std::istringstream in(block);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    size_t colon = line.find(':');
+    if (colon == std::string::npos || colon == 0) return State::kError;
+    std::string name = line.substr(0, colon);
+    std::string value = Trim(line.substr(colon + 1));
+    for (unsigned char c : name)
+      if (!std::isalnum(c) && c != '-' && c != '_') return State::kError;
+    std::string lname = Lower(name);
+    if (lname == "status") {
+      if (value.size() < 3 || !std::isdigit(static_cast<unsigned char>(value[0])) ||
+          !std::isdigit(static_cast<unsigned char>(value[1])) ||
+          !std::isdigit(static_cast<unsigned char>(value[2])))
+        return State::kError;
+      status_ = std::stoi(value.substr(0, 3));
+      if (status_ < 100 || status_ > 599) return State::kError;
+    } else if (lname == "content-type") {
+      content_type_ = value;
+    } else if (lname != "content-length" && lname != "transfer-encoding" && lname != "connection" &&
+               lname != "keep-alive") {
+      headers_.emplace_back(name, value);
+    }
+  }
+  return State::kDone;
+}
+
+std::string PreReceiveHookScript() {
+  return R"SH(#!/bin/sh
+# pre-receive hook generated and owned by kiln: rewritten whenever it differs. Do not edit.
+# Accepts only refs/heads/<branch> with a valid branch name; refuses deleting a branch whose
+# build is running (listed in kiln-busy-branches). Each refusal goes to the pushing client.
+LC_ALL=C
+export LC_ALL
+busy="${GIT_DIR:-.}/kiln-busy-branches"
+
+valid_branch() {
+  b=$1
+  [ "${#b}" -le 189 ] || return 1
+  [ "$b" != HEAD ] || return 1
+  case "$b" in
+    '' | /* | */ | *//* | *..* | *[!A-Za-z0-9._/-]*) return 1 ;;
+  esac
+  rest=$b
+  while :; do
+    seg=${rest%%/*}
+    [ "${#seg}" -le 63 ] || return 1
+    case "$seg" in
+      [!A-Za-z0-9]* | *. | *.lock) return 1 ;;
+    esac
+    [ "$seg" = "$rest" ] && return 0
+    rest=${rest#*/}
+  done
+}
+
+is_busy() {
+  [ -f "$busy" ] || return 1
+  while IFS= read -r line; do
+    [ "$line" = "$1" ] && return 0
+  done < "$busy"
+  return 1
+}
+
+status=0
+while read -r old new ref; do
+  case "$ref" in
+    refs/heads/*) ;;
+    *)
+      echo "kiln: refusing $ref: only branches (refs/heads/<name>) may be pushed" >&2
+      status=1
+      continue
+      ;;
+  esac
+  branch=${ref#refs/heads/}
+  if ! valid_branch "$branch"; then
+    echo "kiln: refusing $ref: invalid branch name (segments of 1-63 letters, digits, '.', '_', '-', starting with a letter or digit, no '..', not ending in '.' or '.lock')" >&2
+    status=1
+    continue
+  fi
+  case "$new" in
+    *[!0]*) ;;
+    *)
+      if is_busy "$branch"; then
+        echo "kiln: refusing to delete $ref: a build of it is running" >&2
+        status=1
+      fi
+      ;;
+  esac
+done
+exit $status
+)SH";
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHttpHandler
+
+struct GitHttpHandler::DomainState {
+  std::string name;
+  std::string project_root;  // <state>/domains/<name>
+  std::string repo_dir;      // <project_root>/repo.git
+  std::string lock_path;     // <project_root>/repo.lock
+  std::string busy_path;     // <repo_dir>/kiln-busy-branches
+
+  std::mutex prepare_mu;          // serializes PrepareDomain
+  std::unique_ptr<GitRepo> repo;  // guarded by prepare_mu; set once
+  bool hook_checked = false;      // guarded by prepare_mu
+  std::mutex busy_mu;             // serializes busy-file writes
+
+  std::mutex mu;
+  int pushes_in_flight = 0;     // guarded by mu
+  int pushes_since_upkeep = 0;  // guarded by mu
+  bool upkeep_running = false;  // guarded by mu
+};
+
+GitHttpHandler::GitHttpHandler(const Config& config, Options options)
+    : options_(std::move(options)),
+      state_dir_(options_.state_dir.empty()
+                     ? std::string()
+                     : fs::absolute(options_.state_dir).lexically_normal().string()),
+      auth_(config, /*check_host=*/false) {
+  for (const auto& [name, unused] : config.domains) {
+    auto d = std::make_unique<DomainState>();
+    d->name = name;
+    d->project_root = state_dir_ + "/domains/" + name;
+    d->repo_dir = d->project_root + "/repo.git";
+    d->lock_path = d->project_root + "/repo.lock";
+    d->busy_path = d->repo_dir + "/kiln-busy-branches";
+    domains_[name] = std::move(d);
+  }
+}
+
+GitHttpHandler::~GitHttpHandler() {
+  std::map<uint64_t, std::thread> workers;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (pid_t pg : children_) ::kill(-pg, SIGTERM);
+    bool idle =
+        idle_cv_.wait_for(lock, kKillGrace, [&] { return finished_.size() == workers_.size(); });
+    if (!idle)
+      for (pid_t pg : children_) ::kill(-pg, SIGKILL);
+    workers.swap(workers_);
+    finished_.clear();
+  }
+  for (auto& [id, t] : workers) t.join();
+}
+
+void GitHttpHandler::Register(HttpServer& server) {
+  auto route = [this](const HttpRequest& request, std::shared_ptr<HttpResponder> responder) {
+    Handle(request, std::move(responder));
+  };
+  server.AddRoute("GET", kRoutePrefix, route, max_body_bytes());
+  server.AddRoute("POST", kRoutePrefix, route, max_body_bytes());
+}
+
+GitHttpHandler::DomainState* GitHttpHandler::FindDomain(const std::string& domain) {
+  auto it = domains_.find(domain);
+  return it == domains_.end() ? nullptr : it->second.get();
+}
+
+void GitHttpHandler::Handle(const HttpRequest& request, std::shared_ptr<HttpResponder> responder) {
+  GitRouteDecision parsed = ParseGitHttpRoute(request.method, request.path, request.query);
+  if (!parsed.ok()) {
+    HttpHeaders headers;
+    if (parsed.status == 405) headers.emplace_back("Allow", "GET, POST");
+    return responder->Reply(parsed.status, "application/json", JsonError(parsed.message),
+                            std::move(headers));
+  }
+  AuthDecision auth = auth_.Authenticate(request.Header("authorization").value_or(""));
+  if (!auth.ok()) {
+    return responder->Reply(auth.status, "application/json", JsonError(auth.message),
+                            {{"WWW-Authenticate", auth.www_authenticate}});
+  }
+  if (auth.principal->kind != Principal::Kind::kDomain) {
+    return responder->Reply(403, "application/json",
+                            JsonError("operator tokens cannot use git; use a domain token"));
+  }
+  // Another domain's repository and a missing one look the same.
+  if (auth.principal->domain != parsed.route.domain || !FindDomain(parsed.route.domain) ||
+      state_dir_.empty()) {
+    return responder->Reply(404, "application/json", JsonError(kNotFound));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ReapFinished();
+  if (stopping_) {
+    return responder->Reply(503, "application/json", JsonError("server is stopping"));
+  }
+  if (workers_.size() - finished_.size() >= options_.max_concurrent) {
+    return responder->Reply(503, "application/json", JsonError("too many git requests running"),
+                            {{"Retry-After", "1"}});
+  }
+  uint64_t id = next_worker_++;
+  workers_.emplace(id, std::thread([this, id, route = parsed.route, request,
+                                    responder = std::move(responder)]() mutable {
+                     Serve(std::move(route), std::move(request), std::move(responder));
+                     std::lock_guard<std::mutex> lock(mu_);
+                     finished_.push_back(id);
+                     idle_cv_.notify_all();
+                   }));
+}
+
+void GitHttpHandler::ReapFinished() {
+  for (uint64_t id : finished_) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) continue;
+    it->second.join();  // its function returned; joining only waits for the thread's exit
+    workers_.erase(it);
+  }
+  finished_.clear();
+}
+
+bool GitHttpHandler::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [&] { return finished_.size() == workers_.size(); });
+}
+
+Status GitHttpHandler::PrepareDomain(const std::string& domain) {
+  DomainState* d = FindDomain(domain);
+  if (!d || state_dir_.empty()) return Status::NotFound("unknown domain '" + domain + "'");
+  std::lock_guard<std::mutex> lock(d->prepare_mu);
+  std::error_code ec;
+  fs::create_directories(state_dir_ + "/home", ec);
+  if (ec) return Status::Internal("cannot create " + state_dir_ + "/home: " + ec.message());
+  if (d->repo && d->hook_checked) return Status::Ok();
+  if (!d->repo) {
+    Status s = GitRepo::Open(d->repo_dir, &d->repo);
+    if (!s.ok()) return s;
+  }
+  // Checked once per process; rewritten when it differs (a new kiln version, or an edit).
+  std::string hook = d->repo_dir + "/hooks/pre-receive";
+  const std::string script = PreReceiveHookScript();
+  struct stat st;
+  if (ReadWholeFile(hook) != script || ::stat(hook.c_str(), &st) != 0 || !(st.st_mode & S_IXUSR)) {
+    fs::create_directories(d->repo_dir + "/hooks", ec);
+    if (ec) return Status::Internal("cannot create hooks directory: " + ec.message());
+    Status s = WriteFileAtomic(hook, script, 0755);
+    if (!s.ok()) return s;
+  }
+  d->hook_checked = true;
+  return Status::Ok();
+}
+
+Status GitHttpHandler::SetBusyBranches(const std::string& domain,
+                                       const std::set<std::string>& branches) {
+  DomainState* d = FindDomain(domain);
+  if (!d) return Status::NotFound("unknown domain '" + domain + "'");
+  Status s = PrepareDomain(domain);
+  if (!s.ok()) return s;
+  return WriteBusyFile(*d, branches);
+}
+
+Status GitHttpHandler::WriteBusyFile(DomainState& d, const std::set<std::string>& branches) {
+  std::string content;
+  for (const std::string& b : branches) {
+    Status s = ValidateRef(b);
+    if (!s.ok()) return s;
+    content += b.compare(0, 11, "refs/heads/") == 0 ? b.substr(11) : b;
+    content += '\n';
+  }
+  std::lock_guard<std::mutex> lock(d.busy_mu);
+  return WriteFileAtomic(d.busy_path, content, 0644);
+}
+
+void GitHttpHandler::Serve(GitHttpRoute route, HttpRequest request,
+                           std::shared_ptr<HttpResponder> responder) {
+  DomainState& d = *FindDomain(route.domain);
+  Status s = PrepareDomain(route.domain);
+  if (!s.ok()) {
+    spdlog::error("git: domain {}: repository unavailable: {}", route.domain, s.ToString());
+    return responder->Reply(500, "application/json", JsonError("repository unavailable"));
+  }
+  auto start = std::chrono::steady_clock::now();
+  int exit_code = -1;
+  if (!route.is_push()) {
+    RunCgi(route, request, d, responder, &exit_code);
+    return;
+  }
+  if (options_.busy_branches) {
+    s = WriteBusyFile(d, options_.busy_branches(route.domain));
+    if (!s.ok())
+      spdlog::warn("git: domain {}: busy branches not updated: {}", d.name, s.ToString());
+  }
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    ++d.pushes_in_flight;
+  }
+  {
+    FileLock shared(d.lock_path, LOCK_SH);  // waits while an upkeep run holds it exclusively
+    if (!shared.held()) spdlog::warn("git: domain {}: cannot lock {}", d.name, d.lock_path);
+    RunCgi(route, request, d, responder, &exit_code);
+  }
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    --d.pushes_in_flight;
+    if (exit_code == 0) ++d.pushes_since_upkeep;
+  }
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("git: push to {} ({} bytes) finished in {:.1f} ms, exit {}", d.name,
+               request.body.size(), ms, exit_code);
+  MaybeUpkeep(d);
+}
+
+void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& request, DomainState& d,
+                            const std::shared_ptr<HttpResponder>& responder, int* exit_code) {
+  GitCgiSettings settings;
+  settings.project_root = d.project_root;
+  settings.repo_dir = d.repo_dir;
+  settings.home = state_dir_ + "/home";
+  settings.max_push_bytes = options_.max_push_bytes;
+  std::vector<std::string> env = BuildGitCgiEnv(route, request, settings);
+  std::vector<std::string> argv = {"git-http-backend"};
+
+  int in_r = -1, in_w = -1, out_r = -1, out_w = -1, err_r = -1, err_w = -1;
+  auto close_all = [&] {
+    for (int* fd : {&in_r, &in_w, &out_r, &out_w, &err_r, &err_w}) CloseFd(*fd);
+  };
+  auto fail = [&](const std::string& what) {
+    spdlog::error("git: domain {}: {}: {}", d.name, what, strerror(errno));
+    close_all();
+    responder->Reply(500, "application/json", JsonError("git backend failed to start"));
+  };
+  if (request.body.empty()) {
+    in_r = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in_r < 0) return fail("open /dev/null");
+  } else {
+    // A socket, not a pipe: writing to an exited child gives EPIPE (MSG_NOSIGNAL), no SIGPIPE.
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return fail("socketpair");
+    in_r = sv[0];
+    in_w = sv[1];
+    ::shutdown(in_r, SHUT_WR);
+    ::fcntl(in_w, F_SETFL, O_NONBLOCK);
+  }
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe");
+  out_r = p[0], out_w = p[1];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe");
+  err_r = p[0], err_w = p[1];
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_r, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_w, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_w, 2);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // sockets of the server are not inherited
+  posix_spawn_file_actions_addchdir_np(&fa, d.project_root.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  std::vector<char*> c_argv = CStrings(argv);
+  std::vector<char*> c_env = CStrings(env);
+  pid_t pid = -1;
+  int rc =
+      posix_spawn(&pid, options_.http_backend.c_str(), &fa, &attr, c_argv.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    errno = rc;
+    return fail("cannot start " + options_.http_backend);
+  }
+  CloseFd(in_r);
+  CloseFd(out_w);
+  CloseFd(err_w);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    children_.insert(pid);
+    if (stopping_) ::kill(-pid, SIGTERM);
+  }
+
+  CgiHeaderParser parser;
+  bool started = false, bad_headers = false;
+  std::string err_text;
+  size_t written = 0;
+  const std::string& body = request.body;
+  auto deadline = std::chrono::steady_clock::now() + options_.cgi_timeout;
+  bool terminated = false;
+  char buf[65536];
+  while (out_r >= 0 || err_r >= 0) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      spdlog::warn(
+          "git: domain {}: git-http-backend ran over {} s; stopping it", d.name,
+          (options_.cgi_timeout + (terminated ? kKillGrace : std::chrono::seconds(0))).count());
+      ::kill(-pid, terminated ? SIGKILL : SIGTERM);
+      if (terminated) break;
+      terminated = true;
+      deadline = now + kKillGrace;
+    }
+    pollfd pfds[3];
+    int n = 0, out_i = -1, err_i = -1, in_i = -1;
+    if (out_r >= 0) pfds[out_i = n++] = {out_r, POLLIN, 0};
+    if (err_r >= 0) pfds[err_i = n++] = {err_r, POLLIN, 0};
+    if (in_w >= 0) pfds[in_i = n++] = {in_w, POLLOUT, 0};
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1);
+    int ready = ::poll(pfds, n, std::min(left, 1000));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    if (in_i >= 0 && pfds[in_i].revents) {
+      ssize_t w = ::send(in_w, body.data() + written,
+                         std::min<size_t>(body.size() - written, 1 << 20), MSG_NOSIGNAL);
+      if (w > 0) written += static_cast<size_t>(w);
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == body.size()) CloseFd(in_w);
+    }
+    if (err_i >= 0 && pfds[err_i].revents) {
+      ssize_t r = ::read(err_r, buf, sizeof(buf));
+      if (r > 0 && err_text.size() < kMaxStderrBytes)
+        err_text.append(buf, std::min<size_t>(r, kMaxStderrBytes - err_text.size()));
+      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) CloseFd(err_r);
+    }
+    if (out_i >= 0 && pfds[out_i].revents) {
+      ssize_t r = ::read(out_r, buf, sizeof(buf));
+      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+        CloseFd(out_r);
+      } else if (r > 0 && started) {
+        responder->Write(std::string(buf, static_cast<size_t>(r)));
+      } else if (r > 0 && !bad_headers) {
+        CgiHeaderParser::State st = parser.Feed(buf, static_cast<size_t>(r));
+        if (st == CgiHeaderParser::State::kDone) {
+          started = true;
+          std::string ct =
+              parser.content_type().empty() ? "application/octet-stream" : parser.content_type();
+          responder->StartStream(parser.status(), ct, parser.headers());
+          responder->Write(parser.TakeBody());
+        } else if (st == CgiHeaderParser::State::kError) {
+          bad_headers = true;
+          ::kill(-pid, SIGTERM);
+        }
+      }
+    }
+  }
+  close_all();
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    children_.erase(pid);
+  }
+  *exit_code = WIFEXITED(wstatus)     ? WEXITSTATUS(wstatus)
+               : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus)
+                                      : -1;
+  if (!err_text.empty() || *exit_code != 0) {
+    std::string first = err_text.substr(0, err_text.find('\n'));
+    spdlog::warn("git: domain {}: git-http-backend {} exit {}: {}", d.name, route.path_info,
+                 *exit_code, first.substr(0, 300));
+  }
+  if (started) return responder->Finish();
+  responder->Reply(
+      502, "application/json",
+      JsonError(bad_headers ? "git backend sent malformed headers" : "git backend failed"));
+}
+
+void GitHttpHandler::MaybeUpkeep(DomainState& d) {
+  if (options_.upkeep_every_pushes <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (d.pushes_since_upkeep < options_.upkeep_every_pushes || d.pushes_in_flight > 0 ||
+        d.upkeep_running)
+      return;
+    d.upkeep_running = true;
+  }
+  bool ran = false;
+  {
+    FileLock exclusive(d.lock_path, LOCK_EX | LOCK_NB);  // skipped while any push holds it
+    if (exclusive.held()) {
+      GitCommand cmd;
+      cmd.args = {"-c",     "gc.auto=" + std::to_string(options_.gc_auto),
+                  "-c",     "gc.autoPackLimit=" + std::to_string(options_.gc_auto_pack_limit),
+                  "-c",     "gc.autoDetach=false",
+                  "gc",     "--auto",
+                  "--quiet"};
+      cmd.home = state_dir_ + "/home";
+      GitResult r;
+      Status s = d.repo->RunGit(cmd, &r);
+      if (!s.ok() || r.exit_code != 0)
+        spdlog::warn("git: domain {}: upkeep (git gc --auto) failed: {}", d.name,
+                     s.ok() ? r.ErrorSummary() : s.ToString());
+      ran = true;
+    }
+  }
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.upkeep_running = false;
+  if (ran) {
+    d.pushes_since_upkeep = 0;
+    ++upkeep_runs_;
+  }
+}
+
+}  // namespace kiln
