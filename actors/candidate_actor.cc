@@ -309,6 +309,7 @@ void OnResolved(Self* self, Record& r, const WorkDone& d) {
             Progress(self, rr, "waiting for identical build " + rep.owner);
             break;
           default:
+            if (rr.snap.status != BuildStatus::kQueued) break;  // already started
             if (rep.position >= 0) rr.snap.queue_position = rep.position;
             Progress(self, rr, "queued" + (rep.position >= 0 ? " (position " +
                                                                    std::to_string(rep.position) + ")"

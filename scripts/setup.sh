@@ -13,7 +13,7 @@ PKGS=(
   buildah skopeo docker-registry apache2-utils uidmap bubblewrap busybox-static
   golang-go git curl iproute2 util-linux openssl ca-certificates procps psmisc
   # benchmarks
-  gnuplot-nox python3
+  gnuplot-nox python3 wrk
   # MCP test client
   nodejs
 )

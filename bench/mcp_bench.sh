@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# MCP status-call load while builds run: 64 concurrent clients (wrk, keep-alive connections)
+# call tools/call candidate_status on one MCP session while 2 builds run; reports calls/s and
+# latency percentiles, plus the p50 of a single client (1 connection) for a call that needs no
+# build. Bounded: each wrk run lasts DURATION seconds on 127.0.0.1 and stops by itself.
+#
+#   bench/mcp_bench.sh     env: KILN (build/app/kiln), DURATION (10), BENCH_REGISTRY_DIR/PORT
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+KILN=${KILN:-$ROOT/build/app/kiln}
+DURATION=${DURATION:-10}
+REG_DIR=${BENCH_REGISTRY_DIR:-/var/tmp/kiln-registry}
+REG_PORT=${BENCH_REGISTRY_PORT:-5000}
+PORT=${KILN_BENCH_PORT:-18720}
+OUT=$ROOT/bench/out
+WORK=$(mktemp -d /var/tmp/kiln-mcp-bench.XXXXXX)
+mkdir -p "$OUT"
+"$ROOT/scripts/registry.sh" start --dir "$REG_DIR" --port "$REG_PORT" >/dev/null
+"$ROOT/scripts/base_images.sh" --registry "127.0.0.1:$REG_PORT" --authfile "$REG_DIR/auth.json" >/dev/null
+TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+HASH=$(printf '%s' "$TOKEN" | "$KILN" hash-token)
+cat > "$WORK/kiln.json" <<JSON
+{ "server": {"listen": "127.0.0.1:$PORT", "state_dir": "$WORK/state", "max_inflight_per_session": 1024},
+  "scheduler": {"max_parallel_builds": 2},
+  "registries": {"local": {"url": "http://127.0.0.1:$REG_PORT", "auth_file": "$REG_DIR/auth.json"}},
+  "domains": {"bench": {"token_sha256": ["$HASH"], "build": {"mode": "containerfile"},
+                        "image": {"registry": "local", "repository": "bench/mcp"}}}}
+JSON
+"$KILN" serve --config "$WORK/kiln.json" > "$WORK/kiln.log" 2>&1 &
+KPID=$!
+trap 'kill -TERM $KPID 2>/dev/null; wait $KPID 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
+
+# Two candidates whose builds run (a RUN step that sleeps) during the measurement.
+for c in s1 s2; do
+  w="$WORK/src-$c"; cp -r "$ROOT/examples/epp" "$w"
+  sed -i "s|WORKDIR /src|WORKDIR /src\nRUN sleep $((DURATION * 3 + 20)) # $c|" "$w/Containerfile"
+  (cd "$w" && git init -q && git add -A && git -c user.name=b -c user.email=b@x commit -qm "$c" &&
+   git push -q "$WORK/state/domains/bench/repo.git" "HEAD:refs/heads/$c")
+done
+
+H=(-H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" -H "Accept: application/json, text/event-stream")
+SID=$(curl -s -D - -o /dev/null "${H[@]}" "http://127.0.0.1:$PORT/mcp" \
+  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
+  tr -d '\r' | sed -n 's/^[Mm][Cc][Pp]-[Ss]ession-[Ii]d: //p')
+H+=(-H "MCP-Session-Id: $SID" -H "MCP-Protocol-Version: 2025-11-25")
+curl -s -o /dev/null "${H[@]}" "http://127.0.0.1:$PORT/mcp" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+for c in s1 s2; do
+  curl -s "${H[@]}" "http://127.0.0.1:$PORT/mcp" \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"build_candidate\",\"arguments\":{\"candidate\":\"$c\",\"wait\":false}}}" >/dev/null
+done
+sleep 3
+cat > "$WORK/status.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"candidate_status","arguments":{"candidate":"s1"}}}'
+wrk.headers["Authorization"] = "Bearer $TOKEN"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json"
+wrk.headers["MCP-Session-Id"] = "$SID"
+wrk.headers["MCP-Protocol-Version"] = "2025-11-25"
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT rps=%.0f p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f errors=%d requests=%d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+    latency:percentile(99) / 1000, summary.errors.status + summary.errors.connect + summary.errors.read +
+    summary.errors.write + summary.errors.timeout, summary.requests))
+end
+LUA
+building=$(curl -s "${H[@]}" "http://127.0.0.1:$PORT/mcp" -d '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_candidates","arguments":{}}}' | grep -o '"state":"[a-z]*"' | sort | uniq -c | tr '\n' ' ')
+echo "candidates while measuring: $building"
+many=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/status.lua" "http://127.0.0.1:$PORT/mcp" | grep RESULT)
+one=$(wrk -t1 -c1 -d"${DURATION}s" --latency -s "$WORK/status.lua" "http://127.0.0.1:$PORT/mcp" | grep RESULT)
+echo "64 clients, 2 builds running: $many"
+echo "1 client,   2 builds running: $one"
+kv() { sed -n "s/.*$2=\([0-9.]*\).*/\1/p" <<<"$1"; }
+cat > "$OUT/mcp.json" <<JSON
+{ "duration_s": $DURATION,
+  "c64": {"rps": $(kv "$many" rps), "p50_ms": $(kv "$many" p50_ms), "p99_ms": $(kv "$many" p99_ms), "errors": $(kv "$many" errors)},
+  "c1":  {"rps": $(kv "$one" rps), "p50_ms": $(kv "$one" p50_ms), "p99_ms": $(kv "$one" p99_ms), "errors": $(kv "$one" errors)},
+  "targets": {"c64_p99_ms_max": 20, "c64_rps_min": 2000, "c1_p50_ms_max": 2} }
+JSON
+echo "wrote $OUT/mcp.json"
