@@ -143,6 +143,7 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     r.log->Close();
   }
   if (st == BuildStatus::kSucceeded) s.latest_success = r.snap.id;
+  if (s.env->busy) s.env->busy->Remove(s.env->domain, r.snap.id);
   if (s.active && *s.active == r.snap.id) s.active.reset();
   if (s.env->metrics)
     s.env->metrics->BuildFinished(s.env->domain, s.env->dc->build.mode, StatusWireName(st),
@@ -495,6 +496,11 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         }
         s.history.push_back(id);
         s.active = id;
+        if (s.env->busy && !req.source_dir && !req.commit) {
+          std::string branch = req.ref ? *req.ref : s.name;
+          if (branch.rfind("refs/heads/", 0) == 0) branch = branch.substr(11);
+          s.env->busy->Add(s.env->domain, branch, id);
+        }
         SetStatus(self, r, BuildStatus::kResolving, "resolving source");
         StartResolve(self, r);
         SendSummary(self);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/blocking_work.h"
+#include "actors/busy_branches.h"
 #include "builder/builder.h"
 #include "config/config.h"
 #include "workspace/git_repo.h"
@@ -27,6 +28,7 @@ struct DomainEnv {
   std::shared_ptr<Builder> builder;
   std::shared_ptr<BlockingWork> work;
   std::shared_ptr<BuildMetrics> metrics;   // may be null
+  std::shared_ptr<BusyBranches> busy;      // may be null
   std::shared_ptr<KeyStore> keys;          // may be null: no persistent build-key cache
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;

@@ -46,6 +46,7 @@ struct Runtime::Impl {
   std::shared_ptr<Builder> builder;
   std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
   std::shared_ptr<BuildMetrics> metrics = std::make_shared<BuildMetrics>();
+  std::shared_ptr<kiln::BusyBranches> busy = std::make_shared<kiln::BusyBranches>();
   std::unique_ptr<SystemConfig> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;
@@ -129,6 +130,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->work = impl->work;
     env->metrics = impl->metrics;
     env->keys = keys;
+    env->busy = impl->busy;
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
@@ -236,6 +238,10 @@ ToolResult Runtime::BuildAndWait(const std::string& domain, const BuildRequest& 
       .receive([&](ToolResult& r) { out = std::move(r); },
                [&](caf::error& e) { out = {ErrorJson("internal error: " + caf::to_string(e)), true}; });
   return out;
+}
+
+std::set<std::string> Runtime::BusyBranches(const std::string& domain) const {
+  return impl_->busy->Get(domain);
 }
 
 void Runtime::CancelAll() {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "actors/build_types.h"
@@ -44,6 +45,9 @@ class Runtime : public ToolBackend {
 
   /// Cancels every queued and running build (their callers get `cancelled`). Non-blocking.
   void CancelAll();
+
+  /// Branches of `domain` with a build in progress (thread-safe, non-blocking).
+  std::set<std::string> BusyBranches(const std::string& domain) const;
 
   /// Graceful stop: waits up to `grace` for running and queued builds to finish, then cancels
   /// what is left (logging which), and waits for every builder process to be gone.

@@ -10,6 +10,7 @@
 #include "actors/runtime.h"
 #include "common/log.h"
 #include "config/config_parser.h"
+#include "transport/git_http.h"
 #include "transport/http_server.h"
 
 namespace kiln {
@@ -44,7 +45,14 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   opts.max_request_bytes = static_cast<size_t>(config->server.max_request_bytes);
   opts.max_sessions = static_cast<size_t>(config->server.max_sessions);
   opts.max_calls_per_session = static_cast<size_t>(config->server.max_inflight_per_session);
+  // The git endpoint outlives the server's Stop (declared first); the runtime outlives both.
+  GitHttpHandler::Options gopts;
+  gopts.state_dir = config->server.state_dir;
+  Runtime* raw = rt.get();
+  gopts.busy_branches = [raw](const std::string& domain) { return raw->BusyBranches(domain); };
+  GitHttpHandler git(*config, gopts);
   HttpServer server(*config, *rt, opts);
+  git.Register(server);
   st = server.Start();
   if (!st.ok()) {
     spdlog::error("cannot listen on {}: {}", config->server.listen, st.message());

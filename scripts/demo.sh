@@ -77,7 +77,7 @@ for _ in $(seq 1 100); do
 done
 curl -sf "http://127.0.0.1:$PORT/healthz"; echo
 
-say "candidate branches: epp/c1 (builds), epp/c2 (a compile error), ranker/r1"
+say "the agent pushes its candidate branches to kiln over git: epp/c1, epp/c2 (a compile error), ranker/r1"
 WORK="$DEMO/agent-work"
 rm -rf "$WORK" && mkdir -p "$WORK"
 push_branch() {  # domain source-dir branch [sed-expression file]
@@ -87,7 +87,11 @@ push_branch() {  # domain source-dir branch [sed-expression file]
   (cd "$w" && git init -q && git checkout -q -b "$branch" &&
    if [ $# -ge 5 ]; then sed -i "$4" "$5"; fi &&
    git add -A && git -c user.name=agent -c user.email=agent@sandbox commit -qm "candidate $branch" &&
-   git push -q "$DEMO/state/domains/$domain/repo.git" "HEAD:refs/heads/$branch")
+   # kiln is the agent's git remote; the token goes in a header (kept out of argv).
+   GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader \
+   GIT_CONFIG_VALUE_0="Authorization: Bearer $(cat "$DEMO/$domain.token")" \
+   git push -q "http://127.0.0.1:$PORT/git/$domain.git" "HEAD:refs/heads/$branch")
+  echo "pushed $domain/$branch over http://127.0.0.1:$PORT/git/$domain.git"
 }
 push_branch epp "$ROOT/examples/epp" c1
 push_branch epp "$ROOT/examples/epp" c2 's/s += w.Adapter$/s += w.AdapterPenalty/' internal/scorer/scorer.go

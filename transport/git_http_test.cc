@@ -421,8 +421,10 @@ class GitHttpE2ETest : public ::testing::Test {
     cmd.cwd = cwd;
     cmd.home = tmp_.path() + "/client-home";
     cmd.timeout_ms = timeout_ms;
+    cmd.env = {{"GIT_PROTOCOL_FROM_USER", "1"}};  // the benchmark's local push uses file://
     if (!token.empty()) {
-      cmd.env = {{"GIT_CONFIG_COUNT", "1"},
+      cmd.env = {{"GIT_PROTOCOL_FROM_USER", "1"},
+                 {"GIT_CONFIG_COUNT", "1"},
                  {"GIT_CONFIG_KEY_0", "http.extraHeader"},
                  {"GIT_CONFIG_VALUE_0", "Authorization: Bearer " + token}};
     }

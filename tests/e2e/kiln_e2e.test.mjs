@@ -36,8 +36,17 @@ function pushBranch(domain, branch, mutate) {
   git("init", "-q");
   git("add", "-A");
   git("commit", "-qm", `candidate ${branch}`);
-  git("push", "-q", "-f", path.join(dir, "state/domains", domain, "repo.git"), `HEAD:refs/heads/${branch}`);
+  gitPush(w, domain, branch);
   return sh("git", ["rev-parse", "HEAD"], { cwd: w }).trim();
+}
+
+// The agent's push: git smart HTTP to kiln with the domain token in a header (not in argv).
+function gitPush(w, domain, branch, token = domain === "epp" ? tokenA : tokenB, extra = []) {
+  return sh("git", ["push", "-q", "-f", ...extra, `http://127.0.0.1:${PORT}/git/${domain}.git`, `HEAD:refs/heads/${branch}`], {
+    cwd: w,
+    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: "http.extraHeader",
+      GIT_CONFIG_VALUE_0: `Authorization: Bearer ${token}` },
+  });
 }
 
 async function connect(token = tokenA) {
@@ -229,4 +238,40 @@ test("official MCP conformance scenarios pass (through a header-adding proxy)", 
     stdio: ["ignore", "pipe", "pipe"],
   }).toString();
   assert.ok(!out.includes(tokenA), "the token is not printed");
+});
+
+test("workspace sync: force-push rewinds a branch and builds the new tree; a no-op commit is a cache hit", async () => {
+  const { client } = await connect();
+  const w = fs.mkdtempSync(path.join(dir, "w-sync-"));
+  fs.cpSync(path.join(root, "examples/epp"), w, { recursive: true });
+  const git = (...a) => sh("git", ["-c", "user.name=agent", "-c", "user.email=a@x", ...a], { cwd: w });
+  git("init", "-q");
+  git("add", "-A");
+  git("commit", "-qm", "v1");
+  const v1 = git("rev-parse", "HEAD").trim();
+  const f = path.join(w, "internal/scorer/scorer.go");
+  fs.appendFileSync(f, "\n// v2\n");
+  git("commit", "-qam", "v2");
+  gitPush(w, "epp", "sync");
+  const b2 = (await client.callTool({ name: "build_candidate", arguments: { candidate: "sync" } }, undefined, long)).structuredContent;
+  assert.equal(b2.status, "succeeded", JSON.stringify(b2));
+  assert.equal(b2.commit, git("rev-parse", "HEAD").trim());
+  git("reset", "-q", "--hard", v1);          // rewind
+  gitPush(w, "epp", "sync");
+  const b1 = (await client.callTool({ name: "build_candidate", arguments: { candidate: "sync" } }, undefined, long)).structuredContent;
+  assert.equal(b1.status, "succeeded");
+  assert.equal(b1.commit, v1);
+  assert.notEqual(b1.image.digest, b2.image.digest);
+  git("commit", "-q", "--allow-empty", "-m", "no-op");
+  gitPush(w, "epp", "sync");
+  const b3 = (await client.callTool({ name: "build_candidate", arguments: { candidate: "sync" } }, undefined, long)).structuredContent;
+  assert.equal(b3.cache_hit, true);
+  assert.equal(b3.commit, git("rev-parse", "HEAD").trim());
+  // Another domain's token cannot push here, and a tag is refused with git's own message.
+  assert.throws(() => gitPush(w, "epp", "sync", tokenB));
+  git("tag", "v1");
+  assert.throws(() => sh("git", ["push", `http://127.0.0.1:${PORT}/git/epp.git`, "refs/tags/v1"], { cwd: w,
+    env: { ...process.env, GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: "http.extraHeader", GIT_CONFIG_VALUE_0: `Authorization: Bearer ${tokenA}` } }),
+    /refs\/heads/);
+  await client.close();
 });
