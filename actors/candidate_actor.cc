@@ -88,10 +88,13 @@ void LogTransition(Self* self, const Record& r) {
                r.snap.cache_hit ? " (cache hit)" : (r.snap.deduplicated ? " (deduplicated)" : ""));
 }
 
+void SendSummary(Self* self);
+
 void SetStatus(Self* self, Record& r, BuildStatus st, const std::string& progress_msg = "") {
   r.snap.status = st;
   LogTransition(self, r);
   if (!progress_msg.empty()) Progress(self, r, progress_msg);
+  SendSummary(self);  // list_candidates shows every transition
 }
 
 void SendSummary(Self* self) {
