@@ -8,6 +8,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -230,7 +234,12 @@ void Execute(Self* self, const BuildId& id) {
     auto t0 = Clock::now();
     if (from_git) {
       CheckoutStats cs;
+      // Shared lock on the domain's repo.lock: repository upkeep (git gc, run by the git
+      // endpoint under the exclusive lock) never runs during a checkout.
+      int lock_fd = ::open((env->domain_dir + "/repo.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      if (lock_fd >= 0) ::flock(lock_fd, LOCK_SH);
       Status st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
+      if (lock_fd >= 0) ::close(lock_fd);
       if (!st.ok()) {
         d.status = Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
         caf::anon_send(me, d);

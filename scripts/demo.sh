@@ -94,8 +94,20 @@ push_branch() {  # domain source-dir branch [sed-expression file]
   echo "pushed $domain/$branch over http://127.0.0.1:$PORT/git/$domain.git"
 }
 push_branch epp "$ROOT/examples/epp" c1
-push_branch epp "$ROOT/examples/epp" c2 's/s += w.Adapter$/s += w.AdapterPenalty/' internal/scorer/scorer.go
 push_branch ranker "$ROOT/examples/ranker" r1
+# The agent's own iteration: clone from kiln, edit, commit, push a new candidate branch.
+(
+  export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader
+  GIT_CONFIG_VALUE_0="Authorization: Bearer $(cat "$DEMO/epp.token")"
+  export GIT_CONFIG_VALUE_0
+  git clone -q -b c1 "http://127.0.0.1:$PORT/git/epp.git" "$WORK/agent-clone"
+  cd "$WORK/agent-clone"
+  git checkout -q -b c2
+  sed -i 's/s += w.Adapter$/s += w.AdapterPenalty/' internal/scorer/scorer.go   # a compile error
+  git -c user.name=agent -c user.email=agent@sandbox commit -qam "try an adapter penalty"
+  git push -q origin HEAD:refs/heads/c2
+  echo "agent cloned epp.git, committed a change and pushed candidate c2"
+)
 
 say "scripted agent (MCP over Streamable HTTP, official TypeScript SDK client)"
 (cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/epp.token")" \
