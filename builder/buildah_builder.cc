@@ -149,7 +149,11 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
 
   std::string host = RegistryHost(job.registry.url);
   ProcessSpec spec;
-  spec.argv = StorageArgs(job);
+  // buildah runs as PID 1 of its own PID namespace (with its own /proc and mount namespace):
+  // when it exits or is killed, the kernel kills every process its RUN steps started, even
+  // ones that left the process group, and its mounts vanish with the namespace.
+  spec.argv = {"unshare", "--pid", "--fork", "--kill-child", "--mount-proc"};
+  for (auto& a : StorageArgs(job)) spec.argv.push_back(a);
   // --force-rm: a failed step must not leave its working container in the candidate's storage.
   std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--force-rm",
                                 "--pull=missing", "--retry", "1", "-f", file, "--iidfile", iidfile,

@@ -1,0 +1,305 @@
+#include "builder/layer_writer.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/sha256.h"
+
+namespace kiln {
+namespace {
+
+// A temporary directory removed (recursively) at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/kiln-layer-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  std::system(("mkdir -p \"$(dirname '" + path + "')\"").c_str());
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << content;
+  f.close();
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command; returns its stdout, and its exit status in *rc.
+std::string Shell(const std::string& cmd, int* rc = nullptr) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  if (rc) *rc = WEXITSTATUS(status);
+  return out;
+}
+
+// A workspace with an executable, a config tree with a nested dir and an in-tree symlink.
+void Populate(const std::string& ws) {
+  WriteFile(ws + "/bin/server",
+            std::string("\x7f"
+                        "ELF fake binary\n") +
+                std::string(5000, 'x'),
+            0755);
+  WriteFile(ws + "/config/app.yaml", "port: 8080\n", 0644);
+  WriteFile(ws + "/config/sub/b.txt", "bee\n", 0600);
+  ASSERT_EQ(::symlink("app.yaml", (ws + "/config/current").c_str()), 0);
+}
+
+std::vector<LayerEntry> DefaultEntries() {
+  return {{"bin/server", "/app/server"}, {"config", "/etc/app"}};
+}
+
+LayerBlob MustWrite(const std::string& ws, const std::vector<LayerEntry>& entries) {
+  LayerBlob blob;
+  Status s = WriteLayer(ws, entries, 1, &blob);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return blob;
+}
+
+TEST(LayerWriterTest, DigestsMatchTheBytesAndSizes) {
+  TempDir ws;
+  Populate(ws.path());
+  LayerBlob blob = MustWrite(ws.path(), DefaultEntries());
+  EXPECT_EQ(blob.size, blob.data.size());
+  EXPECT_EQ(blob.digest, "sha256:" + Sha256Hex(blob.data));
+  TempDir out;
+  WriteFile(out.path() + "/layer.tgz", blob.data);
+  std::string tar_sha = Shell("gunzip -c '" + out.path() + "/layer.tgz' | sha256sum");
+  EXPECT_EQ(blob.diff_id, "sha256:" + tar_sha.substr(0, 64));
+  EXPECT_NE(blob.diff_id, blob.digest);
+  // Uncompressed tar is a whole number of 512-byte blocks.
+  int rc = 0;
+  std::string tar_len = Shell("gunzip -c '" + out.path() + "/layer.tgz' | wc -c", &rc);
+  EXPECT_EQ(std::stoul(tar_len) % 512, 0u);
+}
+
+TEST(LayerWriterTest, DeterministicAcrossRunsMtimesAndPermissionNoise) {
+  TempDir ws;
+  Populate(ws.path());
+  LayerBlob a = MustWrite(ws.path(), DefaultEntries());
+  LayerBlob b = MustWrite(ws.path(), DefaultEntries());
+  EXPECT_EQ(a.digest, b.digest);
+  EXPECT_EQ(a.data, b.data);
+
+  // New mtimes and group/other bits do not matter; only the owner exec bit does.
+  struct timeval tv[2] = {{123456, 0}, {123456, 0}};
+  ASSERT_EQ(::utimes((ws.path() + "/bin/server").c_str(), tv), 0);
+  ASSERT_EQ(::utimes((ws.path() + "/config").c_str(), tv), 0);
+  ASSERT_EQ(::chmod((ws.path() + "/config/app.yaml").c_str(), 0664), 0);
+  LayerBlob c = MustWrite(ws.path(), DefaultEntries());
+  EXPECT_EQ(a.digest, c.digest);
+  EXPECT_EQ(a.diff_id, c.diff_id);
+
+  // Content changes do.
+  WriteFile(ws.path() + "/config/app.yaml", "port: 8081\n");
+  LayerBlob d = MustWrite(ws.path(), DefaultEntries());
+  EXPECT_NE(a.digest, d.digest);
+  // And so does the exec bit.
+  WriteFile(ws.path() + "/config/app.yaml", "port: 8080\n", 0744);
+  LayerBlob e = MustWrite(ws.path(), DefaultEntries());
+  EXPECT_NE(a.digest, e.digest);
+  // Entry order given by the caller does not matter.
+  LayerBlob f = MustWrite(ws.path(), {{"config", "/etc/app"}, {"bin/server", "/app/server"}});
+  EXPECT_EQ(e.digest, f.digest);
+}
+
+TEST(LayerWriterTest, FixedGzipHeader) {
+  TempDir ws;
+  Populate(ws.path());
+  LayerBlob blob = MustWrite(ws.path(), DefaultEntries());
+  ASSERT_GT(blob.data.size(), 10u);
+  EXPECT_EQ(static_cast<unsigned char>(blob.data[0]), 0x1f);
+  EXPECT_EQ(static_cast<unsigned char>(blob.data[1]), 0x8b);
+  EXPECT_EQ(blob.data[3], 0) << "no file name, comment or extra field";
+  EXPECT_EQ(blob.data.substr(4, 4), std::string(4, '\0')) << "mtime 0";
+  EXPECT_EQ(static_cast<unsigned char>(blob.data[9]), 255) << "constant OS byte";
+}
+
+TEST(LayerWriterTest, TarListsAndExtractsEqualContent) {
+  TempDir ws;
+  Populate(ws.path());
+  LayerBlob blob = MustWrite(ws.path(), DefaultEntries());
+  TempDir out;
+  const std::string tgz = out.path() + "/layer.tgz";
+  WriteFile(tgz, blob.data);
+  int rc = -1;
+  std::string listing = Shell("tar tzvf '" + tgz + "' 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << listing;
+  // Sorted order, created parents, normalized modes, root owner.
+  std::string names = Shell("tar tzf '" + tgz + "'", &rc);
+  EXPECT_EQ(names,
+            "app/\napp/server\netc/\netc/app/\netc/app/app.yaml\netc/app/current\n"
+            "etc/app/sub/\netc/app/sub/b.txt\n");
+  EXPECT_NE(listing.find("drwxr-xr-x 0/0"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("-rwxr-xr-x 0/0"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("-rw-r--r-- 0/0"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("etc/app/current -> app.yaml"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("1970-01-01"), std::string::npos) << listing;
+
+  const std::string root = out.path() + "/root";
+  Shell("mkdir -p '" + root + "' && tar xzf '" + tgz + "' -C '" + root + "'", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(ReadFile(root + "/app/server"), ReadFile(ws.path() + "/bin/server"));
+  EXPECT_EQ(ReadFile(root + "/etc/app/app.yaml"), "port: 8080\n");
+  EXPECT_EQ(ReadFile(root + "/etc/app/sub/b.txt"), "bee\n");
+  EXPECT_EQ(ReadFile(root + "/etc/app/current"), "port: 8080\n");  // via the symlink
+  struct stat st;
+  ASSERT_EQ(::stat((root + "/app/server").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  ASSERT_EQ(::stat((root + "/etc/app/sub/b.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  ASSERT_EQ(::lstat((root + "/etc/app/current").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+}
+
+TEST(LayerWriterTest, LongNamesAndLinkTargetsUsePax) {
+  TempDir ws;
+  std::string deep = "d/" + std::string(60, 'a') + "/" + std::string(70, 'b');
+  WriteFile(ws.path() + "/" + deep + "/file.txt", "deep\n");
+  std::string long_target = std::string(120, 'x');
+  ASSERT_EQ(::symlink(long_target.c_str(), (ws.path() + "/" + deep + "/lnk").c_str()), 0);
+  LayerBlob blob = MustWrite(ws.path(), {{"d", "/opt/" + std::string(50, 'o')}});
+  TempDir out;
+  WriteFile(out.path() + "/l.tgz", blob.data);
+  int rc = -1;
+  Shell("mkdir -p '" + out.path() + "/r' && tar xzf '" + out.path() + "/l.tgz' -C '" + out.path() +
+            "/r'",
+        &rc);
+  ASSERT_EQ(rc, 0);
+  std::string in_image = out.path() + "/r/opt/" + std::string(50, 'o') + "/" + deep.substr(2);
+  EXPECT_EQ(ReadFile(in_image + "/file.txt"), "deep\n");
+  std::string target(512, '\0');
+  ssize_t n = ::readlink((in_image + "/lnk").c_str(), &target[0], target.size());
+  ASSERT_GT(n, 0);
+  target.resize(static_cast<size_t>(n));
+  EXPECT_EQ(target, long_target);
+}
+
+void ExpectRefused(const std::string& ws, const std::vector<LayerEntry>& entries,
+                   Status::Code code = Status::Code::kInvalidArgument) {
+  LayerBlob blob;
+  blob.digest = "untouched";
+  Status s = WriteLayer(ws, entries, 1, &blob);
+  EXPECT_EQ(s.code(), code) << entries[0].from << " -> " << entries[0].to << ": " << s.ToString();
+  EXPECT_EQ(blob.digest, "untouched");
+}
+
+TEST(LayerWriterTest, HostilePathsAreRefused) {
+  TempDir parent;
+  const std::string ws = parent.path() + "/ws";
+  WriteFile(ws + "/ok", "ok\n");
+  WriteFile(parent.path() + "/secret", "secret\n");
+  ASSERT_EQ(::symlink("/etc/shadow", (ws + "/shadow").c_str()), 0);
+  ASSERT_EQ(::symlink("/etc", (ws + "/etcdir").c_str()), 0);
+  ASSERT_EQ(::symlink("../secret", (ws + "/up").c_str()), 0);
+  ASSERT_EQ(::symlink("/nonexistent/x", (ws + "/dangling").c_str()), 0);
+
+  ExpectRefused(ws, {{"../secret", "/x"}});
+  ExpectRefused(ws, {{"ok/../../secret", "/x"}});
+  ExpectRefused(ws, {{"/etc/passwd", "/x"}});
+  ExpectRefused(ws, {{"shadow", "/x"}});
+  ExpectRefused(ws, {{"etcdir/passwd", "/x"}});
+  ExpectRefused(ws, {{"etcdir", "/x"}});
+  ExpectRefused(ws, {{"up", "/x"}});
+  ExpectRefused(ws, {{"dangling", "/x"}});
+  ExpectRefused(ws, {{"", "/x"}});
+  ExpectRefused(ws, {{"ok", "relative"}});
+  ExpectRefused(ws, {{"ok", "/a/../b"}});
+  ExpectRefused(ws, {{"ok", "/a/./b"}});
+  ExpectRefused(ws, {{"ok", "/a//b"}});
+  ExpectRefused(ws, {{"ok", "/"}});
+  ExpectRefused(ws, {{"ok", ""}});
+  ExpectRefused(ws, {{"ok", std::string("/a\0b", 4)}});
+  ExpectRefused(ws, {{"missing", "/x"}}, Status::Code::kNotFound);
+  // One bad entry among good ones spoils the layer.
+  ExpectRefused(ws, {{"ok", "/ok"}, {"shadow", "/x"}});
+  // Sanity: the good entry alone works.
+  LayerBlob blob;
+  EXPECT_TRUE(WriteLayer(ws, {{"ok", "/ok"}}, 1, &blob).ok());
+}
+
+TEST(LayerWriterTest, SymlinksInsideTreesAreStoredNotFollowed) {
+  TempDir ws;
+  WriteFile(ws.path() + "/out/a.txt", "a\n");
+  ASSERT_EQ(::symlink("/etc/passwd", (ws.path() + "/out/pw").c_str()), 0);
+  LayerBlob blob = MustWrite(ws.path(), {{"out", "/out"}});
+  TempDir out;
+  WriteFile(out.path() + "/l.tgz", blob.data);
+  int rc = -1;
+  std::string listing = Shell("tar tzvf '" + out.path() + "/l.tgz'", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(listing.find("out/pw -> /etc/passwd"), std::string::npos) << listing;
+  std::string tar = Shell("gunzip -c '" + out.path() + "/l.tgz'");
+  EXPECT_EQ(tar.find("root:x:0:0"), std::string::npos) << "host /etc/passwd content leaked";
+}
+
+TEST(LayerWriterTest, FifoIsRefused) {
+  TempDir ws;
+  WriteFile(ws.path() + "/out/a.txt", "a\n");
+  ASSERT_EQ(::mkfifo((ws.path() + "/out/pipe").c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo((ws.path() + "/toppipe").c_str(), 0644), 0);
+  ExpectRefused(ws.path(), {{"out", "/out"}});
+  ExpectRefused(ws.path(), {{"toppipe", "/p"}});
+}
+
+TEST(LayerWriterTest, LimitsAndConflicts) {
+  TempDir ws;
+  WriteFile(ws.path() + "/big", std::string(10000, 'z'));
+  WriteFile(ws.path() + "/small", "s");
+  for (int i = 0; i < 20; ++i) WriteFile(ws.path() + "/many/f" + std::to_string(i), "x");
+  LayerBlob blob;
+  LayerLimits tiny_size;
+  tiny_size.max_total_bytes = 9999;
+  Status s = WriteLayer(ws.path(), {{"big", "/big"}}, 1, &blob, tiny_size);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("size limit"), std::string::npos);
+  tiny_size.max_total_bytes = 10000;
+  EXPECT_TRUE(WriteLayer(ws.path(), {{"big", "/big"}}, 1, &blob, tiny_size).ok());
+
+  LayerLimits few;
+  few.max_entries = 10;
+  s = WriteLayer(ws.path(), {{"many", "/many"}}, 1, &blob, few);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("entries"), std::string::npos);
+
+  ExpectRefused(ws.path(), {{"big", "/x"}, {"small", "/x"}});
+  ExpectRefused(ws.path(), {{"big", "/x"}, {"small", "/x/y"}});
+  EXPECT_EQ(WriteLayer(ws.path(), {{"big", "/x"}}, 42, &blob).code(),
+            Status::Code::kInvalidArgument);
+}
+
+TEST(LayerWriterTest, SymlinkedFromInsideWorkspaceIsPackedAsContent) {
+  TempDir ws;
+  WriteFile(ws.path() + "/real/bin", "binary", 0755);
+  ASSERT_EQ(::symlink("real", (ws.path() + "/alias").c_str()), 0);
+  LayerBlob a = MustWrite(ws.path(), {{"alias/bin", "/app"}});
+  LayerBlob b = MustWrite(ws.path(), {{"real/bin", "/app"}});
+  EXPECT_EQ(a.digest, b.digest);
+}
+
+}  // namespace
+}  // namespace kiln
