@@ -24,6 +24,7 @@
 #include "actors/scheduler_actor.h"
 #include "actors/tool_views.h"
 #include "builder/buildah_builder.h"
+#include "builder/layered_builder.h"
 #include "builder/process_runner.h"
 
 namespace kiln {
@@ -43,7 +44,8 @@ struct SystemConfig : caf::actor_system_config {
 struct Runtime::Impl {
   std::shared_ptr<const Config> config;
   std::unique_ptr<ProcessRunner> runner;
-  std::shared_ptr<Builder> builder;
+  std::shared_ptr<Builder> builder;          // containerfile mode (or the injected builder)
+  std::shared_ptr<Builder> layered;          // layered mode
   std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
   std::shared_ptr<BuildMetrics> metrics = std::make_shared<BuildMetrics>();
   std::shared_ptr<kiln::BusyBranches> busy = std::make_shared<kiln::BusyBranches>();
@@ -100,6 +102,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   impl->config = config;
   impl->runner = MakePosixProcessRunner();
   impl->builder = opts.builder ? opts.builder : std::make_shared<BuildahBuilder>(impl->runner.get());
+  impl->layered = opts.builder ? opts.builder : std::make_shared<LayeredBuilder>(impl->runner.get());
   std::error_code ec;
   std::string state = fs::absolute(config->server.state_dir).string();
   std::string home = state + "/home";
@@ -126,7 +129,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->registry = &reg->second;
     env->domain_dir = state + "/domains/" + name;
     env->home_dir = home;
-    env->builder = impl->builder;
+    env->builder = d.build.mode == "layered" ? impl->layered : impl->builder;
     env->work = impl->work;
     env->metrics = impl->metrics;
     env->keys = keys;

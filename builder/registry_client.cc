@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -124,9 +125,9 @@ std::string UrlEncode(const std::string& s) {
 
 std::string Base64(const std::string& s) {
   std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(&out[0]),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(&out[0]),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   out.resize(n < 0 ? 0 : n);
   return out;
 }
@@ -139,8 +140,9 @@ bool ValidRepo(const std::string& r) {
   if (r.empty() || r.size() > 255 || r.front() == '/' || r.back() == '/') return false;
   if (r.find("//") != std::string::npos || r.find("..") != std::string::npos) return false;
   for (char c : r) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-          c == '.' || c == '_' || c == '-' || c == '/'))
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+          c == '/'))
       return false;
   }
   return true;
@@ -286,16 +288,16 @@ RegistryClient::RegistryClient(RegistryEndpoint ep, RegistryClientOptions opts)
     : opts_(opts), origin_(std::make_unique<Origin>()) {
   std::string rest;
   if (!ParseUrl(ep.url, origin_.get(), &rest) || (!rest.empty() && rest != "/")) {
-    init_status_ = Status::InvalidArgument("registry url '" + ep.url +
-                                           "' is not http(s)://host[:port]");
+    init_status_ =
+        Status::InvalidArgument("registry url '" + ep.url + "' is not http(s)://host[:port]");
     return;
   }
   hostport_ = origin_->HostPort();
   if (ep.auth_file) {
     std::ifstream in(*ep.auth_file);
     if (!in) {
-      init_status_ = Status::FailedPrecondition("registry " + hostport_ + ": cannot read auth file " +
-                                                *ep.auth_file);
+      init_status_ = Status::FailedPrecondition("registry " + hostport_ +
+                                                ": cannot read auth file " + *ep.auth_file);
       return;
     }
     std::stringstream ss;
@@ -319,10 +321,10 @@ RegistryClient::RegistryClient(RegistryEndpoint ep, RegistryClientOptions opts)
         const auto& a = auths[k];
         if (a.contains("auth") && a["auth"].is_string()) {
           basic_ = a["auth"].get<std::string>();
-        } else if (a.contains("username") && a["username"].is_string() &&
-                   a.contains("password") && a["password"].is_string()) {
-          basic_ = Base64(a["username"].get<std::string>() + ":" +
-                          a["password"].get<std::string>());
+        } else if (a.contains("username") && a["username"].is_string() && a.contains("password") &&
+                   a["password"].is_string()) {
+          basic_ =
+              Base64(a["username"].get<std::string>() + ":" + a["password"].get<std::string>());
         }
         break;
       }
@@ -335,8 +337,9 @@ RegistryClient::RegistryClient(RegistryEndpoint ep, RegistryClientOptions opts)
     if (ep.ca_file) {
       ctx->load_verify_file(*ep.ca_file, ec);
       if (ec) {
-        init_status_ = Status::FailedPrecondition("registry " + hostport_ + ": cannot load CA file " +
-                                                  *ep.ca_file + ": " + LowerMessage(ec));
+        init_status_ =
+            Status::FailedPrecondition("registry " + hostport_ + ": cannot load CA file " +
+                                       *ep.ca_file + ": " + LowerMessage(ec));
         return;
       }
     } else {
@@ -360,6 +363,10 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
   const std::string where = "registry " + origin.HostPort();
   for (int attempt = 0; attempt < std::max(1, opts_.attempts); ++attempt) {
     if (attempt > 0) {
+      // Only the origin, the path (no query: it may hold upload state) and the error.
+      spdlog::warn("{}: retrying {} {} (attempt {}): {}", where,
+                   std::string(http::to_string(r.method)), r.target.substr(0, r.target.find('?')),
+                   attempt + 1, last.message());
       auto base = opts_.backoff_base * (1 << (attempt - 1));
       std::uniform_int_distribution<long> jitter(0, base.count() / 2 + 1);
       std::this_thread::sleep_for(base + std::chrono::milliseconds(jitter(rng)));
@@ -392,7 +399,8 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
       case Failure::kTls:  // certificate problems do not heal on retry
         return Status::FailedPrecondition(where + " TLS handshake failed: " + x.detail);
       case Failure::kBodyLimit:
-        return Status::ResourceExhausted(where + ": response to " + std::string(r.target.substr(0, r.target.find('?'))) +
+        return Status::ResourceExhausted(where + ": response to " +
+                                         std::string(r.target.substr(0, r.target.find('?'))) +
                                          " exceeds " + std::to_string(r.body_limit) + " bytes");
     }
     if (resp->status >= 500 || resp->status == 429) {
@@ -442,7 +450,8 @@ Status RegistryClient::FetchToken(const BearerInfo& info, const std::vector<std:
     return Status::PermissionDenied("registry " + hostport_ +
                                     " token endpoint rejected the credential (401) for " + repo);
   if (resp.status == 403)
-    return Status::PermissionDenied("registry " + hostport_ + " token endpoint denied (403) " + repo);
+    return Status::PermissionDenied("registry " + hostport_ + " token endpoint denied (403) " +
+                                    repo);
   if (resp.status != 200)
     return Status::Unavailable("registry " + hostport_ + " token endpoint returned " +
                                std::to_string(resp.status));
@@ -459,8 +468,8 @@ Status RegistryClient::FetchToken(const BearerInfo& info, const std::vector<std:
   if (j.contains("expires_in") && j["expires_in"].is_number_integer())
     ttl = std::max<long>(j["expires_in"].get<long>(), 1);
   std::lock_guard<std::mutex> lock(mu_);
-  tokens_[JoinScopes(scopes)] = {t, std::chrono::steady_clock::now() +
-                                        std::chrono::seconds(std::max<long>(ttl - 5, 1))};
+  tokens_[JoinScopes(scopes)] = {
+      t, std::chrono::steady_clock::now() + std::chrono::seconds(std::max<long>(ttl - 5, 1))};
   *token = t;
   return Status::Ok();
 }
@@ -488,8 +497,8 @@ Status RegistryClient::SendAuthed(const Request& base, const std::vector<std::st
   std::vector<Challenge> challenges;
   Status pst = ParseWwwAuthenticate(resp->Header("www-authenticate"), &challenges);
   if (!pst.ok())
-    return Status::FailedPrecondition("registry " + hostport_ + " sent a bad 401 challenge: " +
-                                      pst.message());
+    return Status::FailedPrecondition("registry " + hostport_ +
+                                      " sent a bad 401 challenge: " + pst.message());
   const Challenge* bearer = nullptr;
   const Challenge* basic = nullptr;
   for (const auto& c : challenges) {
@@ -500,7 +509,8 @@ Status RegistryClient::SendAuthed(const Request& base, const std::vector<std::st
   if (bearer) {
     BearerInfo info{bearer->Param("realm"), bearer->Param("service")};
     if (info.realm.empty())
-      return Status::FailedPrecondition("registry " + hostport_ + " sent a Bearer challenge without realm");
+      return Status::FailedPrecondition("registry " + hostport_ +
+                                        " sent a Bearer challenge without realm");
     {
       std::lock_guard<std::mutex> lock(mu_);
       bearer_ = info;
@@ -527,7 +537,8 @@ Status RegistryClient::SendAuthed(const Request& base, const std::vector<std::st
     }
     req.headers.emplace_back("Authorization", "Basic " + basic_);
   } else {
-    return Status::FailedPrecondition("registry " + hostport_ + " asks for an unsupported auth scheme");
+    return Status::FailedPrecondition("registry " + hostport_ +
+                                      " asks for an unsupported auth scheme");
   }
   return Send(origin, req, resp);
 }
@@ -567,8 +578,8 @@ Status RegistryClient::Ping() {
   Status st = Send(*origin_, req, &resp);
   if (!st.ok()) return st;
   if (resp.status == 200 || resp.status == 401) return Status::Ok();
-  return Status::Unavailable("registry " + hostport_ + " answered " +
-                             std::to_string(resp.status) + " to GET /v2/");
+  return Status::Unavailable("registry " + hostport_ + " answered " + std::to_string(resp.status) +
+                             " to GET /v2/");
 }
 
 Status RegistryClient::BlobExists(const std::string& repo, const std::string& digest,
@@ -769,8 +780,8 @@ Status RegistryClient::PutManifest(const std::string& repo, const std::string& r
   if (resp.status != 201) return ErrorFor(resp, "manifest", reference, repo);
   std::string got = resp.Header("docker-content-digest");
   if (!got.empty() && got != d)
-    return Status::Internal("registry " + hostport_ + " stored manifest as " + got +
-                            ", expected " + d);
+    return Status::Internal("registry " + hostport_ + " stored manifest as " + got + ", expected " +
+                            d);
   if (digest) *digest = d;
   return Status::Ok();
 }

@@ -29,9 +29,9 @@ struct RegistryEndpoint {
 };
 
 struct RegistryClientOptions {
-  int attempts = 3;                                 // tries per request (5xx, 429, conn errors)
-  std::chrono::milliseconds backoff_base{100};      // doubled each retry, plus jitter
-  std::chrono::milliseconds io_timeout{30000};      // per connect/handshake/write/read
+  int attempts = 3;                             // tries per request (5xx, 429, conn errors)
+  std::chrono::milliseconds backoff_base{100};  // doubled each retry, plus jitter
+  std::chrono::milliseconds io_timeout{30000};  // per connect/handshake/write/read
   size_t max_manifest_bytes = 4 << 20;
   size_t max_blob_bytes = size_t{1} << 30;
 };
@@ -69,8 +69,8 @@ class RegistryClient {
 
   /// Cross-repository mount. *mounted is true on 201, false on 202 (the registry opened an
   /// upload instead; it is abandoned). Errors as PutBlob.
-  Status MountBlob(const std::string& repo, const std::string& digest,
-                   const std::string& from_repo, bool* mounted);
+  Status MountBlob(const std::string& repo, const std::string& digest, const std::string& from_repo,
+                   bool* mounted);
 
   /// GET a manifest by tag or digest (Accept: OCI and docker v2 manifests and indexes).
   /// NotFound "manifest unknown (404)"; ResourceExhausted over max_manifest_bytes; Internal
@@ -84,8 +84,7 @@ class RegistryClient {
   /// PUT a manifest under a tag or digest; *digest gets "sha256:<hex>" of body. Errors as
   /// PutBlob; InvalidArgument when the reference is a digest that does not match body.
   Status PutManifest(const std::string& repo, const std::string& reference,
-                     const std::string& media_type, const std::string& body,
-                     std::string* digest);
+                     const std::string& media_type, const std::string& body, std::string* digest);
 
   /// Implementation types (defined in the .cc).
   struct Origin;
@@ -105,13 +104,13 @@ class RegistryClient {
   const RegistryClientOptions opts_;
   std::unique_ptr<Origin> origin_;
   std::string hostport_;
-  std::string basic_;  // "user:pass" base64, empty when none; never logged
+  std::string basic_;        // "user:pass" base64, empty when none; never logged
   void* ssl_ctx_ = nullptr;  // boost::asio::ssl::context*, read-only after construction
 
   std::mutex mu_;
-  std::map<std::string, Token> tokens_;     // guarded by mu_; key: joined scopes
-  std::optional<BearerInfo> bearer_;        // guarded by mu_
-  bool basic_mode_ = false;                 // guarded by mu_
+  std::map<std::string, Token> tokens_;  // guarded by mu_; key: joined scopes
+  std::optional<BearerInfo> bearer_;     // guarded by mu_
+  bool basic_mode_ = false;              // guarded by mu_
 
   Status Check(const std::string& repo) const;
   // One HTTP exchange with retries on 5xx/429/connection errors.

@@ -11,12 +11,12 @@
 #include <boost/beast/http.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <random>
-#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -34,10 +34,11 @@ using tcp = boost::asio::ip::tcp;
 
 TEST(WwwAuthenticate, ParsesBearerChallenge) {
   std::vector<Challenge> c;
-  ASSERT_TRUE(ParseWwwAuthenticate(
-                  R"(Bearer realm="https://auth.example.com/token",service="registry.example.com",scope="repository:a/b:pull,push")",
-                  &c)
-                  .ok());
+  ASSERT_TRUE(
+      ParseWwwAuthenticate(
+          R"(Bearer realm="https://auth.example.com/token",service="registry.example.com",scope="repository:a/b:pull,push")",
+          &c)
+          .ok());
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].scheme, "bearer");
   EXPECT_EQ(c[0].Param("realm"), "https://auth.example.com/token");
@@ -55,10 +56,11 @@ TEST(WwwAuthenticate, ParsesBasicAndCaseInsensitiveNames) {
 
 TEST(WwwAuthenticate, ParsesMultipleChallengesAndTokenValues) {
   std::vector<Challenge> c;
-  ASSERT_TRUE(ParseWwwAuthenticate(
-                  R"(Basic realm="a, b", Bearer realm="http://h/t", service=svc ,  error=insufficient_scope)",
-                  &c)
-                  .ok());
+  ASSERT_TRUE(
+      ParseWwwAuthenticate(
+          R"(Basic realm="a, b", Bearer realm="http://h/t", service=svc ,  error=insufficient_scope)",
+          &c)
+          .ok());
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].scheme, "basic");
   EXPECT_EQ(c[0].Param("realm"), "a, b");
@@ -139,7 +141,8 @@ TEST(WwwAuthenticate, NeverCrashesOnRandomBytes) {
     std::string s;
     int n = rng() % 40;
     for (int j = 0; j < n; ++j) {
-      s.push_back(rng() % 3 == 0 ? static_cast<char>(rng() % 256) : alphabet[rng() % alphabet.size()]);
+      s.push_back(rng() % 3 == 0 ? static_cast<char>(rng() % 256)
+                                 : alphabet[rng() % alphabet.size()]);
     }
     std::vector<Challenge> c;
     Status st = ParseWwwAuthenticate(s, &c);
@@ -178,10 +181,11 @@ std::string Digest(const std::string& data) { return "sha256:" + Sha256Hex(data)
 // A minimal HTTP server on 127.0.0.1 answering each request on its own thread-less loop.
 class FakeServer {
  public:
-  using Handler = std::function<http::response<http::string_body>(
-      const http::request<http::string_body>&)>;
+  using Handler =
+      std::function<http::response<http::string_body>(const http::request<http::string_body>&)>;
   explicit FakeServer(Handler h)
-      : handler_(std::move(h)), acceptor_(ioc_, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
+      : handler_(std::move(h)),
+        acceptor_(ioc_, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
     port_ = acceptor_.local_endpoint().port();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -247,7 +251,8 @@ TEST(RegistryClientFake, BearerTokenFlowFetchesOnceAndCaches) {
       return Reply(200, R"({"access_token":"tok123","expires_in":300})");
     }
     if (auth != "Bearer tok123") {
-      auto r = Reply(401, R"({"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]})");
+      auto r =
+          Reply(401, R"({"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]})");
       r.set(http::field::www_authenticate,
             "Bearer realm=\"http://127.0.0.1:" + std::to_string(port) +
                 "/token\",service=\"fake registry\",scope=\"repository:team/app:pull,push\"");
@@ -335,15 +340,28 @@ TEST(RegistryClientFake, GivesUpAfterAttemptsOn429) {
 }
 
 TEST(RegistryClientFake, OversizedManifestIsResourceExhausted) {
-  FakeServer server([&](const http::request<http::string_body>&) {
-    return Reply(200, std::string(5000, 'x'));
-  });
+  FakeServer server(
+      [&](const http::request<http::string_body>&) { return Reply(200, std::string(5000, 'x')); });
   RegistryClientOptions opts;
   opts.max_manifest_bytes = 4096;
   RegistryClient client({server.url(), std::nullopt, std::nullopt}, opts);
   std::string body, mt, d;
   Status st = client.GetManifest("app", "latest", &body, &mt, &d);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+}
+
+TEST(RegistryClientFake, ForbiddenIsPermissionDenied) {
+  FakeServer server([&](const http::request<http::string_body>&) {
+    return Reply(
+        403,
+        R"({"errors":[{"code":"DENIED","message":"requested access to the resource is denied"}]})");
+  });
+  RegistryClient client({server.url(), std::nullopt, std::nullopt});
+  std::string d;
+  Status st = client.PutManifest("app", "v1", kOciManifestType, "{}", &d);
+  EXPECT_EQ(st.code(), Status::Code::kPermissionDenied) << st.ToString();
+  EXPECT_NE(st.message().find("denied (403)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("DENIED"), std::string::npos) << st.message();
 }
 
 TEST(RegistryClientFake, GarbageChallengeIsClearError) {
@@ -380,8 +398,8 @@ TEST(RegistryClientFake, RelativeAndAbsoluteUploadLocations) {
     RegistryClient client({server.url(), std::nullopt, std::nullopt});
     Status st = client.PutBlob("app", Digest("hello"), "hello");
     ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(put_target, "/v2/app/blobs/uploads/abc?_state=xyz&digest=sha256%3A" +
-                              Sha256Hex("hello"));
+    EXPECT_EQ(put_target,
+              "/v2/app/blobs/uploads/abc?_state=xyz&digest=sha256%3A" + Sha256Hex("hello"));
     EXPECT_EQ(put_body, "hello");
   }
 }
@@ -398,7 +416,8 @@ TEST(RegistryClient, RejectsBadInputsBeforeNetwork) {
             Status::Code::kInvalidArgument);
   RegistryClient bad_url({"ftp://x", std::nullopt, std::nullopt});
   EXPECT_EQ(bad_url.Ping().code(), Status::Code::kInvalidArgument);
-  RegistryClient bad_auth({"http://127.0.0.1:1", std::string("/nonexistent/auth.json"), std::nullopt});
+  RegistryClient bad_auth(
+      {"http://127.0.0.1:1", std::string("/nonexistent/auth.json"), std::nullopt});
   EXPECT_EQ(bad_auth.Ping().code(), Status::Code::kFailedPrecondition);
 }
 

@@ -10,8 +10,21 @@ constexpr size_t kMaxHeader = 16 * 1024;
 bool IsTokenChar(char c) {
   if (std::isalnum(static_cast<unsigned char>(c))) return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
       return true;
     default:
       return false;
@@ -116,8 +129,8 @@ class Parser {
       size_t save = pos_;
       std::string_view name = Token();
       SkipSpaces();
-      bool looks_param = !name.empty() && !AtEnd() && s_[pos_] == '=' &&
-                         pos_ + 1 < s_.size() && s_[pos_ + 1] != '=' && s_[pos_ + 1] != ',';
+      bool looks_param = !name.empty() && !AtEnd() && s_[pos_] == '=' && pos_ + 1 < s_.size() &&
+                         s_[pos_ + 1] != '=' && s_[pos_ + 1] != ',';
       pos_ = save;
       if (!looks_param && TryToken68(c)) return Status::Ok();
     }
