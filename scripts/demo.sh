@@ -90,7 +90,7 @@ push_branch() {  # domain source-dir branch [sed-expression file]
    # kiln is the agent's git remote; the token goes in a header (kept out of argv).
    GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader \
    GIT_CONFIG_VALUE_0="Authorization: Bearer $(cat "$DEMO/$domain.token")" \
-   git push -q "http://127.0.0.1:$PORT/git/$domain.git" "HEAD:refs/heads/$branch")
+   git push -q -f "http://127.0.0.1:$PORT/git/$domain.git" "HEAD:refs/heads/$branch")
   echo "pushed $domain/$branch over http://127.0.0.1:$PORT/git/$domain.git"
 }
 push_branch epp "$ROOT/examples/epp" c1
@@ -105,7 +105,7 @@ push_branch ranker "$ROOT/examples/ranker" r1
   git checkout -q -b c2
   sed -i 's/s += w.Adapter$/s += w.AdapterPenalty/' internal/scorer/scorer.go   # a compile error
   git -c user.name=agent -c user.email=agent@sandbox commit -qam "try an adapter penalty"
-  git push -q origin HEAD:refs/heads/c2
+  git push -q -f origin HEAD:refs/heads/c2
   echo "agent cloned epp.git, committed a change and pushed candidate c2"
 )
 
