@@ -17,6 +17,8 @@
 #include "common/sha256.h"
 #include "config/config_parser.h"
 #include "app/serve_command.h"
+#include "builder/layered_builder.h"
+#include "builder/registry_client.h"
 
 namespace {
 
@@ -143,6 +145,30 @@ int Build(const std::map<std::string, std::string>& flags) {
   return r.is_error ? 1 : 0;
 }
 
+// Layered domains: the pinned base image must resolve in its registry (manifest and config).
+int CheckLayeredBases(const std::string& path) {
+  kiln::Config cfg;
+  if (!kiln::LoadConfigFile(path, &cfg).empty()) return 1;
+  int bad = 0;
+  for (const auto& [name, d] : cfg.domains) {
+    if (d.build.mode != "layered" || !d.build.layered) continue;
+    const auto& reg = cfg.registries.at(d.image.registry);
+    std::string host, repo, digest, body, type, got;
+    kiln::Status st = kiln::LayeredBuilder::ParseBaseRef(d.build.layered->base_image, &host, &repo, &digest);
+    if (st.ok()) {
+      kiln::RegistryClient client(kiln::RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file});
+      st = client.GetManifest(repo, digest, &body, &type, &got);
+    }
+    if (!st.ok()) {
+      std::cerr << "domains." << name << ".build.layered.base_image: cannot be resolved: "
+                << st.message() << "\n";
+      ++bad;
+    }
+  }
+  if (bad == 0) std::cout << "base images resolve\n";
+  return bad ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,7 +193,9 @@ int main(int argc, char** argv) {
       std::cerr << "kiln check-config: " << err << "\n";
       return 2;
     }
-    return kiln::CheckConfigCommand(flags.at("config"), std::cout, std::cerr);
+    int rc = kiln::CheckConfigCommand(flags.at("config"), std::cout, std::cerr);
+    if (rc != 0) return rc;
+    return CheckLayeredBases(flags.at("config"));
   }
   if (cmd == "build") return Build(flags);
   if (cmd == "serve") {

@@ -70,6 +70,14 @@ sed -i 's/s += w.Adapter$/s += w.AdapterPenalty/' "$T/src/internal/scorer/scorer
   && ok "compile error: diagnostics with repo-relative path" || bad "diagnostics: $(cat "$T/r4.json")"
 sed -i 's/s += w.AdapterPenalty$/s += w.Adapter/' "$T/src/internal/scorer/scorer.go"
 
+"$KILN" check-config --config "$T/kiln.json" > "$T/cc.out" 2>&1 && grep -q "base images resolve" "$T/cc.out" \
+  && ok "check-config resolves the pinned base" || bad "check-config: $(cat "$T/cc.out")"
+sed "s/$DIGEST/sha256:$(printf '0%.0s' $(seq 64))/" "$T/kiln.json" > "$T/badbase.json"
+"$KILN" check-config --config "$T/badbase.json" > "$T/cc2.out" 2>&1 && bad "unresolvable base accepted" \
+  || { grep -q "base_image: cannot be resolved" "$T/cc2.out" && ok "check-config: unresolvable base is a clear error" || bad "check-config: $(cat "$T/cc2.out")"; }
+"$KILN" build --config "$T/badbase.json" --domain fast --candidate c3 --source "$T/src" > "$T/r6.json" 2>/dev/null && bad "build with unresolvable base succeeded" \
+  || { grep -q "cannot be resolved" "$T/r6.json" && ok "build: unresolvable base is a clear error" || bad "build error: $(cat "$T/r6.json")"; }
+
 write_config '[{"from": "../../etc/shadow", "to": "/x"}]'
 "$KILN" build --config "$T/kiln.json" --domain fast --candidate c2 --source "$T/src" > "$T/r5.json" 2>/dev/null && true
 st=$(field "$T/r5.json" "d['status']" 2>/dev/null || echo "rejected-by-config")
