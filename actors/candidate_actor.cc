@@ -144,14 +144,14 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     r.snap.timings.build_ms = outcome->build_ms;
     r.snap.timings.push_ms = outcome->push_ms;
   }
-  SetStatus(self, r, st);
+  if (st == BuildStatus::kSucceeded) s.latest_success = r.snap.id;
+  if (s.env->busy) s.env->busy->Remove(s.env->domain, r.snap.id);
+  if (s.active && *s.active == r.snap.id) s.active.reset();
+  SetStatus(self, r, st);  // also sends the candidate's summary
   if (r.log) {
     if (!r.snap.error.empty()) r.log->Append("kiln: " + r.snap.error + "\n");
     r.log->Close();
   }
-  if (st == BuildStatus::kSucceeded) s.latest_success = r.snap.id;
-  if (s.env->busy) s.env->busy->Remove(s.env->domain, r.snap.id);
-  if (s.active && *s.active == r.snap.id) s.active.reset();
   if (s.env->metrics)
     s.env->metrics->BuildFinished(s.env->domain, s.env->dc->build.mode, StatusWireName(st),
                                   r.snap.timings.build_ms / 1000.0, r.snap.timings.push_ms / 1000.0,
@@ -160,7 +160,6 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
   for (auto& p : r.promises) p.deliver(res);
   r.promises.clear();
   r.sinks.clear();
-  SendSummary(self);
   TrimHistory(self);
 }
 
@@ -515,7 +514,6 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         }
         SetStatus(self, r, BuildStatus::kResolving, "resolving source");
         StartResolve(self, r);
-        SendSummary(self);
         if (!req.wait) return ResultOf(r);
         r.promises.push_back(self->make_response_promise());
         return r.promises.back();
@@ -593,8 +591,8 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
 
 caf::actor SpawnCandidate(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
                           std::string candidate, caf::actor scheduler, caf::actor domain) {
-  std::error_code ec;
-  std::filesystem::create_directories(env->CandidateDir(candidate), ec);
+  // No file system work here (this runs inside the domain actor): the checkout and the builder
+  // create the candidate's directories on their worker threads.
   return sys.spawn(CandidateBehavior, std::move(env), std::move(candidate), std::move(scheduler),
                    std::move(domain));
 }

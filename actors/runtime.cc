@@ -26,6 +26,7 @@
 #include "builder/buildah_builder.h"
 #include "builder/layered_builder.h"
 #include "builder/process_runner.h"
+#include "builder/registry_client.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -72,18 +73,13 @@ void Runtime::Impl::RefreshReadiness() {
   Status b = builder->Check();
   checks["builder"] = {{"ok", b.ok()}, {"detail", b.ok() ? "buildah works" : b.message()}};
   for (const auto& [name, reg] : config->registries) {
-    ProcessSpec spec;
-    spec.argv = {"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3"};
-    if (reg.ca_file) spec.argv.insert(spec.argv.end(), {"--cacert", *reg.ca_file});
-    spec.argv.push_back(reg.url + "/v2/");
-    spec.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"}};
-    spec.timeout = std::chrono::seconds(5);
-    ProcessResult r = runner->Run(spec, nullptr, nullptr);
-    std::string code = r.output;
-    bool ok = r.exit_code == 0 && (code == "200" || code == "401");
-    checks["registry:" + name] = {{"ok", ok},
-                                  {"detail", ok ? "answers (HTTP " + code + ")"
-                                                : "unreachable (curl exit " + std::to_string(r.exit_code) + ")"}};
+    // The same client the layered builder pushes with: one attempt, short timeouts.
+    RegistryClientOptions ro;
+    ro.attempts = 1;
+    ro.io_timeout = std::chrono::milliseconds(3000);
+    RegistryClient client(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file}, ro);
+    Status st = client.Ping();
+    checks["registry:" + name] = {{"ok", st.ok()}, {"detail", st.ok() ? "answers" : st.message()}};
   }
   std::lock_guard<std::mutex> l(ready_mu);
   readiness = checks;

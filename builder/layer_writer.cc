@@ -1,5 +1,7 @@
 #include "builder/layer_writer.h"
 
+#include "common/names.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -37,20 +39,6 @@ using NodeMap = std::map<std::string, Node>;
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Splits on '/' and checks every segment is non-empty and neither "." nor "..".
-bool NormalizedSegments(const std::string& p) {
-  if (p.empty()) return false;
-  if (p.find('\0') != std::string::npos) return false;
-  size_t start = 0;
-  while (true) {
-    size_t slash = p.find('/', start);
-    std::string seg =
-        p.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (seg.empty() || seg == "." || seg == "..") return false;
-    if (slash == std::string::npos) return true;
-    start = slash + 1;
-  }
-}
 
 Status CheckFrom(std::string from, std::string* cleaned) {
   if (from.size() > 1 && from.back() == '/') from.pop_back();
@@ -58,7 +46,7 @@ Status CheckFrom(std::string from, std::string* cleaned) {
     return Status::InvalidArgument("output 'from' must be a relative path inside the workspace: '" +
                                    from + "'");
   }
-  if (!NormalizedSegments(from)) {
+  if (!IsNormalizedRelativePath(from)) {
     return Status::InvalidArgument(
         "output 'from' must be a normalized relative path without '.' or '..' segments: '" + from +
         "'");
@@ -72,7 +60,7 @@ Status CheckTo(const std::string& to, std::string* image_path) {
     return Status::InvalidArgument("output 'to' must be an absolute path below '/': '" + to + "'");
   }
   std::string rel = to.substr(1);
-  if (!NormalizedSegments(rel)) {
+  if (!IsNormalizedRelativePath(rel)) {
     return Status::InvalidArgument(
         "output 'to' must be a normalized absolute path without '.', '..' or empty segments: '" +
         to + "'");

@@ -220,7 +220,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   if (out) out("kiln: layer " + prep->layer.digest + " (" + std::to_string(prep->layer.size) + " bytes)\n");
   {
     std::lock_guard<std::mutex> l(mu_);
-    prepared_[res.image_id] = prep;
+    // Keyed by the candidate's storage: a candidate runs one build at a time, so a newer build
+    // replaces an image that was never pushed (cancelled, superseded) instead of leaking it.
+    prepared_[job.storage_dir] = {res.image_id, prep};
   }
   res.status = Status::Ok();
   res.elapsed_ms = elapsed();
@@ -234,9 +236,9 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
   std::shared_ptr<const Prepared> prep;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = prepared_.find(built.image_id);
-    if (it != prepared_.end()) {
-      prep = it->second;
+    auto it = prepared_.find(job.storage_dir);
+    if (it != prepared_.end() && it->second.first == built.image_id) {
+      prep = it->second.second;
       prepared_.erase(it);
     }
   }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
@@ -50,7 +51,8 @@ class LayeredBuilder : public Builder {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RegistryClient>> clients_;   // by registry url
   std::map<std::string, std::shared_ptr<const Base>> bases_;         // by base ref
-  std::map<std::string, std::shared_ptr<const Prepared>> prepared_;  // by image id
+  // storage_dir -> (image id, prepared image): at most one unpushed image per candidate.
+  std::map<std::string, std::pair<std::string, std::shared_ptr<const Prepared>>> prepared_;
 };
 
 }  // namespace kiln

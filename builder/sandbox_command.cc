@@ -1,24 +1,12 @@
 #include "builder/sandbox_command.h"
 
+#include "common/names.h"
+
 namespace kiln {
 namespace {
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-// Absolute, no empty/"."/".." segments, no trailing slash (except "/" itself).
-bool NormalizedAbsolute(const std::string& p) {
-  if (p.empty() || p[0] != '/' || HasNul(p)) return false;
-  if (p == "/") return true;
-  size_t start = 1;
-  while (true) {
-    size_t slash = p.find('/', start);
-    std::string seg =
-        p.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (seg.empty() || seg == "." || seg == "..") return false;
-    if (slash == std::string::npos) return true;
-    start = slash + 1;
-  }
-}
 
 bool ValidEnvName(const std::string& n) {
   if (n.empty()) return false;
@@ -38,7 +26,7 @@ std::vector<std::pair<std::string, std::string>> MergedUsrSymlinks() {
 }
 
 Status ValidateSandboxSpec(const SandboxSpec& spec) {
-  if (!NormalizedAbsolute(spec.workspace) || spec.workspace == "/") {
+  if (!IsNormalizedAbsolutePath(spec.workspace) || spec.workspace == "/") {
     return Status::InvalidArgument("sandbox workspace must be a normalized absolute directory");
   }
   if (spec.command.empty() || spec.command[0].empty()) {
@@ -53,17 +41,17 @@ Status ValidateSandboxSpec(const SandboxSpec& spec) {
   }
   for (const auto& [k, dir] : spec.caches) {
     if (!ValidEnvName(k)) return Status::InvalidArgument("invalid cache variable name");
-    if (!NormalizedAbsolute(dir) || dir == "/") {
+    if (!IsNormalizedAbsolutePath(dir) || dir == "/") {
       return Status::InvalidArgument("cache " + k + " must be a normalized absolute directory");
     }
   }
   for (const std::string& b : spec.ro_binds) {
-    if (!NormalizedAbsolute(b) || b == "/") {
+    if (!IsNormalizedAbsolutePath(b) || b == "/") {
       return Status::InvalidArgument("read-only bind must be a normalized absolute path below /");
     }
   }
   for (const auto& [target, link] : spec.symlinks) {
-    if (HasNul(target) || target.empty() || !NormalizedAbsolute(link) || link == "/") {
+    if (HasNul(target) || target.empty() || !IsNormalizedAbsolutePath(link) || link == "/") {
       return Status::InvalidArgument("invalid sandbox symlink");
     }
   }

@@ -68,4 +68,22 @@ Status ValidateCommit(std::string_view commit) {
   return Status::Ok();
 }
 
+bool IsNormalizedRelativePath(std::string_view p) {
+  if (p.empty() || p.find('\0') != std::string_view::npos) return false;
+  size_t start = 0;
+  while (true) {
+    size_t slash = p.find('/', start);
+    std::string_view seg =
+        p.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    if (slash == std::string_view::npos) return true;
+    start = slash + 1;
+  }
+}
+
+bool IsNormalizedAbsolutePath(std::string_view p) {
+  if (p == "/") return true;
+  return !p.empty() && p[0] == '/' && IsNormalizedRelativePath(p.substr(1));
+}
+
 }  // namespace kiln

@@ -25,4 +25,11 @@ Status ValidateRef(std::string_view ref);
 /// A commit id: 4..40 lowercase hex characters (full or abbreviated SHA-1), or 64 (SHA-256).
 Status ValidateCommit(std::string_view commit);
 
+/// True when `path` is a normalized relative path: non-empty '/'-separated segments, none of
+/// them "." or "..", no leading or trailing '/', no NUL byte. Used for agent-controlled paths.
+bool IsNormalizedRelativePath(std::string_view path);
+
+/// True when `path` is "/" or "/" followed by a normalized relative path.
+bool IsNormalizedAbsolutePath(std::string_view path);
+
 }  // namespace kiln

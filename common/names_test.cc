@@ -42,4 +42,15 @@ TEST(Names, Commits) {
   EXPECT_FALSE(ValidateCommit(std::string(41, 'a')).ok());
 }
 
+TEST(Names, NormalizedPaths) {
+  EXPECT_TRUE(IsNormalizedRelativePath("out/app"));
+  for (const char* bad : {"", "/abs", "a//b", "a/", "./a", "a/../b", ".."})
+    EXPECT_FALSE(IsNormalizedRelativePath(bad)) << bad;
+  EXPECT_FALSE(IsNormalizedRelativePath(std::string("a\0b", 3)));
+  EXPECT_TRUE(IsNormalizedAbsolutePath("/"));
+  EXPECT_TRUE(IsNormalizedAbsolutePath("/usr/lib"));
+  for (const char* bad : {"", "usr", "/usr/", "//usr", "/a/../b", "/."})
+    EXPECT_FALSE(IsNormalizedAbsolutePath(bad)) << bad;
+}
+
 }  // namespace kiln
