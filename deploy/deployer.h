@@ -1,0 +1,66 @@
+// Deployer: rolls one built image out to a domain's deploy target and reports how it went.
+//
+// Implementations: KubernetesDeployer (k8s/, patches a Deployment and follows the rollout),
+// LocalDeployer (deploy/, runs the image as a supervised local process) and FakeDeployer (tests).
+// One Deployer per domain. Deploy() blocks the calling thread: call it from a worker thread,
+// never from an actor. The caller (the domain actor) runs at most one Deploy() per domain at a
+// time and orders them; implementations need not be safe for concurrent Deploy() calls on one
+// instance, but Current() may be called concurrently with Deploy().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "builder/cancel_token.h"
+#include "common/status.h"
+
+namespace kiln {
+
+struct DeployRequest {
+  std::string deploy_id;  // kiln's id for this deploy, e.g. "d-<domain>-<n>"
+  std::string domain;
+  std::string candidate;
+  std::string build_id;
+  std::string commit;     // git commit the image was built from ("" when unknown)
+  std::string image;      // "<host:port>/<repository>@sha256:<hex>": always by digest
+  std::string digest;     // "sha256:<hex>"
+};
+
+enum class DeployState { kInProgress, kRolledOut, kFailed };
+/// Wire names: in_progress, rolled_out, failed.
+const char* DeployStateName(DeployState s);
+
+struct DeployResult {
+  DeployState state = DeployState::kFailed;
+  /// Short machine-readable reason when failed: "ProgressDeadlineExceeded", "ImagePullBackOff",
+  /// "ErrImagePull", "CrashLoopBackOff", "Unauthorized", "Forbidden", "NotFound", "Conflict",
+  /// "Invalid", "Timeout", "Cancelled", "Unavailable", "HealthCheckFailed", "StartFailed", ...
+  std::string reason;
+  /// Human-readable detail (the pod's message, the process's last output, the object and the
+  /// missing permission). Never contains a credential.
+  std::string message;
+  /// True when the target was changed (a patch was sent / a process was started). A deploy of
+  /// an image that is already rolled out reports rolled_out with changed == false.
+  bool changed = false;
+  int64_t elapsed_ms = 0;
+};
+
+/// Progress lines while a rollout runs ("2/3 replicas updated", "waiting for /healthz").
+using DeployProgressFn = std::function<void(const std::string& line)>;
+
+class Deployer {
+ public:
+  virtual ~Deployer() = default;
+  /// Rolls req.image out and waits until it is rolled out, has failed, or `cancel` fires
+  /// (reason "Cancelled"). Times out by the target's own configured timeout (reason "Timeout").
+  virtual DeployResult Deploy(const DeployRequest& req, const DeployProgressFn& progress,
+                              const CancelToken* cancel) = 0;
+  /// The image the target runs now ("" when nothing), e.g. the Deployment's container image.
+  /// Used to make deploys idempotent. Errors: Unavailable, PermissionDenied, NotFound, ...
+  virtual Status Current(std::string* image) = 0;
+  /// Stops whatever the deployer supervises (local processes); no-op for remote targets.
+  virtual void Shutdown() {}
+};
+
+}  // namespace kiln
