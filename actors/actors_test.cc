@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 #include "builder/fake_builder.h"
+#include "deploy/fake_deployer.h"
 
 namespace kiln {
 namespace {
@@ -46,6 +47,7 @@ class ActorsTest : public ::testing::Test {
     RuntimeOptions opts;
     opts.builder = builder_;
     opts.open_repositories = false;
+    for (const auto& [d, dep] : deployers_) opts.deployers[d] = dep;
     ASSERT_TRUE(Runtime::Create(cfg, opts, &rt_).ok());
   }
   std::string Source(const std::string& name, const std::string& content, bool broken = false) {
@@ -73,6 +75,7 @@ class ActorsTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::map<std::string, std::shared_ptr<FakeDeployer>> deployers_;  // set before Start
   std::shared_ptr<FakeBuilder> builder_;
   std::unique_ptr<Runtime> rt_;
 };
@@ -232,6 +235,145 @@ TEST_F(ActorsTest, BadArgumentsAreToolErrors) {
   EXPECT_FALSE(st.is_error);
   EXPECT_EQ(st.structured["state"], "idle");
   EXPECT_TRUE(Call("zzz", "list_candidates", json::object()).get().is_error);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- deploys (domain actor + DeployOrder + a FakeDeployer) ----
+
+TEST_F(ActorsTest, DeployLatestSuccessfulBuildAndShowItInStatus) {
+  auto dep = std::make_shared<FakeDeployer>();
+  deployers_["a"] = dep;
+  Start(1);
+  ToolResult none = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
+  EXPECT_TRUE(none.is_error);
+  EXPECT_NE(none.structured["error"].get<std::string>().find("no successful build"), std::string::npos);
+  ToolResult b = Build("a", "c1", Source("d1", "package main // 1"));
+  ASSERT_FALSE(b.is_error) << b.structured.dump();
+  ToolResult d = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
+  ASSERT_FALSE(d.is_error) << d.structured.dump();
+  EXPECT_EQ(d.structured["status"], "rolled_out");
+  EXPECT_EQ(d.structured["build_id"], b.structured["build_id"]);
+  EXPECT_EQ(d.structured["image"]["digest"], b.structured["image"]["digest"]);
+  EXPECT_TRUE(d.structured["changed"].get<bool>());
+  ASSERT_EQ(dep->requests().size(), 1u);
+  EXPECT_EQ(dep->requests()[0].image, b.structured["image"]["ref"].get<std::string>());
+  EXPECT_NE(dep->requests()[0].image.find("@sha256:"), std::string::npos);
+  ToolResult st = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
+  EXPECT_EQ(st.structured["deployed_build"]["build_id"], b.structured["build_id"]);
+  EXPECT_EQ(st.structured["deployed_build"]["deploy_id"], d.structured["deploy_id"]);
+  // A failed build is not deployable by id.
+  ToolResult bad = Build("a", "c1", Source("d2", "x", /*broken=*/true));
+  ToolResult bd = Call("a", "deploy_candidate", {{"candidate", "c1"}, {"build_id", bad.structured["build_id"]}}).get();
+  EXPECT_TRUE(bd.is_error);
+  EXPECT_NE(bd.structured["error"].get<std::string>().find("only a succeeded build"), std::string::npos);
+  // Domain b has no deploy target.
+  ToolResult nb = Call("b", "deploy_candidate", {{"candidate", "c1"}}).get();
+  EXPECT_TRUE(nb.is_error);
+  EXPECT_NE(nb.structured["error"].get<std::string>().find("no deploy target"), std::string::npos);
+}
+
+TEST_F(ActorsTest, DeployFailureIsReported) {
+  auto dep = std::make_shared<FakeDeployer>();
+  dep->fail_reason = "ImagePullBackOff";
+  deployers_["a"] = dep;
+  Start(1);
+  ASSERT_FALSE(Build("a", "c1", Source("f1", "package main")).is_error);
+  ToolResult d = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
+  EXPECT_TRUE(d.is_error);
+  EXPECT_EQ(d.structured["status"], "failed");
+  EXPECT_EQ(d.structured["reason"], "ImagePullBackOff");
+  ToolResult st = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
+  EXPECT_TRUE(st.structured["deployed_build"].is_null());
+}
+
+TEST_F(ActorsTest, NoWaitDeployAnswersInProgressAndJoins) {
+  auto dep = std::make_shared<FakeDeployer>();
+  dep->delay = std::chrono::milliseconds(300);
+  deployers_["a"] = dep;
+  Start(1);
+  ASSERT_FALSE(Build("a", "c1", Source("w1", "package main")).is_error);
+  ToolResult d = Call("a", "deploy_candidate", {{"candidate", "c1"}, {"wait", false}}).get();
+  EXPECT_FALSE(d.is_error);
+  EXPECT_EQ(d.structured["status"], "in_progress");
+  ToolResult j = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();  // joins
+  EXPECT_EQ(j.structured["status"], "rolled_out");
+  EXPECT_EQ(j.structured["deploy_id"], d.structured["deploy_id"]);
+  EXPECT_EQ(dep->requests().size(), 1u);
+}
+
+TEST_F(ActorsTest, OlderBuildNeverOverwritesNewerDeployInProgress) {
+  auto dep = std::make_shared<FakeDeployer>();
+  dep->delay = std::chrono::milliseconds(400);
+  deployers_["a"] = dep;
+  Start(1);
+  ToolResult older = Build("a", "c1", Source("o1", "package main // old"));
+  ToolResult newer = Build("a", "c2", Source("o2", "package main // new"));
+  ASSERT_FALSE(older.is_error);
+  ASSERT_FALSE(newer.is_error);
+  auto fn = Call("a", "deploy_candidate", {{"candidate", "c2"}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ToolResult fo = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
+  EXPECT_TRUE(fo.is_error);
+  EXPECT_EQ(fo.structured["reason"], "Superseded");
+  ToolResult rn = fn.get();
+  EXPECT_EQ(rn.structured["status"], "rolled_out");
+  ASSERT_EQ(dep->requests().size(), 1u);
+  std::string current;
+  dep->Current(&current);
+  EXPECT_EQ(current, newer.structured["image"]["ref"].get<std::string>());
+}
+
+TEST_F(ActorsTest, NewerBuildSupersedesOlderDeployInProgress) {
+  auto dep = std::make_shared<FakeDeployer>();
+  dep->delay = std::chrono::milliseconds(1000);
+  deployers_["a"] = dep;
+  Start(1);
+  ToolResult older = Build("a", "c1", Source("s1", "package main // old"));
+  ToolResult newer = Build("a", "c2", Source("s2", "package main // new"));
+  auto fo = Call("a", "deploy_candidate", {{"candidate", "c1"}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto fn = Call("a", "deploy_candidate", {{"candidate", "c2"}});
+  ToolResult ro = fo.get();
+  EXPECT_EQ(ro.structured["status"], "failed");
+  EXPECT_EQ(ro.structured["reason"], "Superseded");
+  ToolResult rn = fn.get();
+  EXPECT_EQ(rn.structured["status"], "rolled_out") << rn.structured.dump();
+  std::string current;
+  dep->Current(&current);
+  EXPECT_EQ(current, newer.structured["image"]["ref"].get<std::string>());
+}
+
+TEST_F(ActorsTest, ApplyDeploysMostRecentlyBuiltCandidateAndIsIdempotent) {
+  auto dep = std::make_shared<FakeDeployer>();
+  deployers_["a"] = dep;
+  Start(1);
+  ToolResult n = Call("a", "apply", json::object()).get();
+  EXPECT_FALSE(n.is_error);
+  EXPECT_EQ(n.structured["status"], "nothing_built");
+  ASSERT_FALSE(Build("a", "c1", Source("a1", "package main // 1")).is_error);
+  ToolResult latest = Build("a", "c2", Source("a2", "package main // 2"));
+  ASSERT_FALSE(latest.is_error);
+  ToolResult r1 = Call("a", "apply", json::object()).get();
+  ASSERT_FALSE(r1.is_error) << r1.structured.dump();
+  EXPECT_EQ(r1.structured["status"], "rolled_out");
+  EXPECT_EQ(r1.structured["candidate"], "c2");
+  EXPECT_EQ(r1.structured["build_id"], latest.structured["build_id"]);
+  EXPECT_TRUE(r1.structured["changed"].get<bool>());
+  ToolResult r2 = Call("a", "apply", json::object()).get();
+  EXPECT_EQ(r2.structured["status"], "rolled_out");
+  EXPECT_FALSE(r2.structured["changed"].get<bool>());
+  ToolResult r3 = Call("a", "apply", {{"candidate", "c1"}}).get();
+  EXPECT_EQ(r3.structured["candidate"], "c1");
+  ToolResult r4 = Call("a", "apply", {{"candidate", "zz"}}).get();
+  EXPECT_EQ(r4.structured["status"], "nothing_built");
+  ToolResult ds = Call("a", "domain_status", json::object()).get();
+  EXPECT_EQ(ds.structured["deployed"]["candidate"], "c1");
+  EXPECT_EQ(ds.structured["candidates"].size(), 2u);
 }
 
 }  // namespace

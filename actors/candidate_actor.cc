@@ -114,7 +114,9 @@ void SendSummary(Self* self) {
   if (s.latest_success && s.records.count(*s.latest_success)) {
     const auto& r = s.records.at(*s.latest_success);
     j["latest_successful_build"] = {{"build_id", r.snap.id},
-                                    {"image", r.snap.outcome ? r.snap.outcome->image_ref : ""}};
+                                    {"commit", r.snap.commit},
+                                    {"image", r.snap.outcome ? r.snap.outcome->image_ref : ""},
+                                    {"digest", r.snap.outcome ? r.snap.outcome->digest : ""}};
   } else {
     j["latest_successful_build"] = nullptr;
   }
@@ -556,6 +558,31 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
             .then([=](int64_t pos) mutable { rp.deliver(ToolResult{StatusJson(self, pos), false}); },
                   [=](caf::error&) mutable { rp.deliver(ToolResult{StatusJson(self, -1), false}); });
         return rp;
+      },
+      [=](lookup_atom, const BuildId& wanted) -> ToolResult {
+        auto& s = self->state;
+        BuildId id = wanted;
+        if (id.empty()) {
+          if (!s.latest_success)
+            return {ErrorJson("candidate '" + s.name + "' has no successful build to deploy"), true};
+          id = *s.latest_success;
+        }
+        auto it = s.records.find(id);
+        if (it == s.records.end()) return {ErrorJson("build '" + id + "' not found"), true};
+        const Record& r = it->second;
+        if (r.snap.status != BuildStatus::kSucceeded || !r.snap.outcome || r.snap.outcome->digest.empty())
+          return {ErrorJson("build '" + id + "' is " + StatusWireName(r.snap.status) +
+                            "; only a succeeded build can be deployed"),
+                  true};
+        int64_t order = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            r.requested.time_since_epoch()).count();
+        return {{{"build_id", id},
+                 {"candidate", s.name},
+                 {"commit", r.snap.commit},
+                 {"image", r.snap.outcome->image_ref},
+                 {"digest", r.snap.outcome->digest},
+                 {"order", order}},
+                false};
       },
       [=](log_atom, const BuildId& id, uint64_t offset, uint64_t limit) -> ToolResult {
         auto it = self->state.records.find(id);

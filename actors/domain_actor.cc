@@ -4,11 +4,19 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <caf/response_promise.hpp>
+#include <caf/send.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
 #include <map>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
 #include "actors/candidate_actor.h"
+#include "actors/deploy_order.h"
 #include "actors/domain_env.h"
 #include "actors/protocol.h"
 #include "actors/tool_views.h"
@@ -16,12 +24,36 @@
 namespace kiln {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// One deploy: requested, queued, running or finished.
+struct DeployRun {
+  std::string id;
+  DeployRequest req;
+  std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
+  std::vector<caf::response_promise> waiters;
+  std::vector<caf::actor> sinks;
+  double progress = 0;
+  Clock::time_point created = Clock::now();
+  std::optional<DeployResult> result;  // set once finished
+  std::string superseded_by;           // set when a newer deploy cancelled this one
+};
+
 struct DomainState {
   std::shared_ptr<const DomainEnv> env;
   caf::actor scheduler;
   std::map<std::string, caf::actor> candidates;
   std::map<std::string, nlohmann::json> summaries;
   std::map<BuildId, std::string> build_candidate;  // bounded by history trimming below
+  // Deploys.
+  DeployOrder order;
+  std::map<std::string, DeployRun> deploys;  // running, queued and the last finished ones
+  std::deque<std::string> finished_deploys;   // oldest first, bounded
+  nlohmann::json deployed = nullptr;          // the last rolled-out deploy of this domain
+  std::map<std::string, int64_t> success_seq; // candidate -> when its latest success was seen
+  std::map<std::string, std::string> success_id;
+  int64_t success_clock = 0;
+  bool stopping = false;
   static inline const char* name = "kiln.domain";
 };
 using Self = caf::stateful_actor<DomainState>;
@@ -58,6 +90,194 @@ caf::result<ToolResult> ByBuildId(Self* self, const BuildId& id, caf::message ms
   if (!cand) return Error("build '" + id + "' not found");
   self->delegate(cand, std::move(msg));
   return caf::delegated<ToolResult>{};
+}
+
+std::string NewDeployId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "d-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+int64_t ElapsedMs(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
+}
+
+nlohmann::json DeployJson(const DeployRun& run) {
+  nlohmann::json j;
+  j["deploy_id"] = run.id;
+  j["build_id"] = run.req.build_id;
+  j["candidate"] = run.req.candidate;
+  j["image"] = {{"ref", run.req.image}, {"digest", run.req.digest}};
+  if (run.result) {
+    j["status"] = DeployStateName(run.result->state);
+    j["reason"] = run.result->reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.result->reason);
+    if (!run.result->message.empty()) j["message"] = run.result->message;
+    j["changed"] = run.result->changed;
+  } else {
+    j["status"] = "in_progress";
+    j["reason"] = nullptr;
+  }
+  j["elapsed_ms"] = ElapsedMs(run.created);
+  return j;
+}
+
+void StartDeploy(Self* self, DeployRun& run) {
+  auto& s = self->state;
+  spdlog::info("deploy {} domain={} candidate={} build={} -> rolling out {}", run.id, s.env->domain,
+               run.req.candidate, run.req.build_id, run.req.image);
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  auto deployer = s.env->deployer;
+  auto cancel = run.cancel;
+  DeployRequest req = run.req;
+  s.env->work->Run([me, deployer, cancel, req] {
+    DeployResult res;
+    try {
+      res = deployer->Deploy(
+          req, [me, id = req.deploy_id](const std::string& line) {
+            caf::anon_send(me, deploy_prog_atom::value, id, line);
+          },
+          cancel.get());
+    } catch (const std::exception& e) {
+      res.state = DeployState::kFailed;
+      res.reason = "Internal";
+      res.message = std::string("deployer failed: ") + e.what();
+    }
+    caf::anon_send(me, deploy_done_atom::value, req.deploy_id, res);
+  });
+}
+
+void FinishDeploy(Self* self, DeployRun& run, DeployResult res) {
+  auto& s = self->state;
+  if (run.result) return;
+  res.elapsed_ms = ElapsedMs(run.created);
+  run.result = res;
+  if (res.state == DeployState::kRolledOut) {
+    s.deployed = {{"deploy_id", run.id},       {"build_id", run.req.build_id},
+                  {"candidate", run.req.candidate}, {"image", run.req.image},
+                  {"digest", run.req.digest},  {"commit", run.req.commit},
+                  {"status", "rolled_out"}};
+    spdlog::info("deploy {} domain={} candidate={} build={} -> rolled_out{} in {} ms", run.id,
+                 s.env->domain, run.req.candidate, run.req.build_id,
+                 res.changed ? "" : " (already deployed)", res.elapsed_ms);
+  } else {
+    spdlog::warn("deploy {} domain={} candidate={} build={} -> failed: {}: {}", run.id, s.env->domain,
+                 run.req.candidate, run.req.build_id, res.reason, res.message);
+  }
+  ToolResult out{DeployJson(run), res.state != DeployState::kRolledOut};
+  for (auto& rp : run.waiters) rp.deliver(out);
+  run.waiters.clear();
+  run.sinks.clear();
+  s.finished_deploys.push_back(run.id);
+  while (s.finished_deploys.size() > 32) {
+    s.deploys.erase(s.finished_deploys.front());
+    s.finished_deploys.pop_front();
+  }
+}
+
+// Attaches a caller to a deploy: waits for it, or gets its current state at once.
+void Attach(DeployRun& run, bool wait, const caf::actor& sink, caf::response_promise rp) {
+  if (!wait || run.result) {
+    rp.deliver(ToolResult{DeployJson(run), run.result && run.result->state != DeployState::kRolledOut});
+    return;
+  }
+  run.waiters.push_back(rp);
+  if (sink) run.sinks.push_back(sink);
+}
+
+// The build to deploy is known (`info` from the candidate's lookup): order it and run it.
+void AdmitDeploy(Self* self, uint64_t arrival, const nlohmann::json& info, bool wait,
+                 const caf::actor& sink, caf::response_promise rp) {
+  auto& s = self->state;
+  if (s.stopping) {
+    rp.deliver(Error("kiln is shutting down"));
+    return;
+  }
+  DeployRequest req;
+  req.domain = s.env->domain;
+  req.candidate = info.value("candidate", "");
+  req.build_id = info.value("build_id", "");
+  req.commit = info.value("commit", "");
+  req.image = info.value("image", "");
+  req.digest = info.value("digest", "");
+  int64_t build_order = info.value("order", int64_t{0});
+  req.deploy_id = NewDeployId();
+  while (s.deploys.count(req.deploy_id)) req.deploy_id = NewDeployId();
+  auto d = s.order.Admit(arrival, req.build_id, build_order, req.deploy_id);
+  if (d.action == DeployOrder::Action::kRefuse) {
+    rp.deliver(ToolResult{{{"deploy_id", nullptr},
+                           {"build_id", req.build_id},
+                           {"candidate", req.candidate},
+                           {"image", {{"ref", req.image}, {"digest", req.digest}}},
+                           {"status", "failed"},
+                           {"reason", "Superseded"},
+                           {"message", d.reason},
+                           {"changed", false},
+                           {"elapsed_ms", 0}},
+                          true});
+    return;
+  }
+  if (d.action == DeployOrder::Action::kJoin) {
+    Attach(s.deploys.at(d.deploy_id), wait, sink, rp);
+    return;
+  }
+  DeployRun& run = s.deploys[req.deploy_id];
+  run.id = req.deploy_id;
+  run.req = req;
+  if (d.superseded) {
+    auto it = s.deploys.find(*d.superseded);
+    if (it != s.deploys.end())
+      FinishDeploy(self, it->second,
+                   DeployResult{DeployState::kFailed, "Superseded",
+                                "superseded by deploy " + run.id + " of build " + req.build_id, false, 0});
+  }
+  if (d.cancel) {
+    auto it = s.deploys.find(*d.cancel);
+    if (it != s.deploys.end()) {
+      spdlog::info("deploy {} superseded by {} (newer build {})", *d.cancel, run.id, req.build_id);
+      it->second.superseded_by = run.id;
+      it->second.cancel->Cancel();
+    }
+  }
+  Attach(run, wait, sink, rp);
+  if (d.action == DeployOrder::Action::kStart) StartDeploy(self, run);
+}
+
+// deploy_candidate and apply: look the build up in its candidate, then admit the deploy.
+caf::result<ToolResult> Deploy(Self* self, const std::string& candidate,
+                               const std::optional<std::string>& build_id, bool wait,
+                               const caf::actor& sink) {
+  auto& s = self->state;
+  if (!s.env->deployer)
+    return Error("domain '" + s.env->domain + "' has no deploy target (deploy.type is \"none\")");
+  auto cand = Candidate(self, candidate, false);
+  if (!cand) return Error("candidate '" + candidate + "' has no successful build to deploy");
+  uint64_t arrival = s.order.Arrive();
+  caf::response_promise rp = self->make_response_promise();
+  self->request(cand, std::chrono::seconds(30), lookup_atom::value, build_id.value_or(""))
+      .then(
+          [=](ToolResult& r) mutable {
+            if (r.is_error) {
+              rp.deliver(r);
+              return;
+            }
+            AdmitDeploy(self, arrival, r.structured, wait, sink, rp);
+          },
+          [=](caf::error& e) mutable { rp.deliver(Error("internal error: " + caf::to_string(e))); });
+  return rp;
+}
+
+nlohmann::json DomainStatusJson(Self* self) {
+  auto& s = self->state;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [name, j] : s.summaries) list.push_back(j);
+  nlohmann::json in_progress = nullptr;
+  if (auto r = s.order.running(); r && s.deploys.count(*r)) in_progress = DeployJson(s.deploys.at(*r));
+  return {{"domain", s.env->domain},
+          {"deploy_type", s.env->dc ? s.env->dc->deploy.type : "none"},
+          {"candidates", list},
+          {"deployed", s.deployed},
+          {"deploy_in_progress", in_progress}};
 }
 
 caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, caf::actor scheduler) {
@@ -102,8 +322,44 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
                                {"deployed_build", nullptr},
                                {"queue_position", nullptr}},
                               false};
-          self->delegate(cand, status_atom::value);
-          return caf::delegated<ToolResult>{};
+          caf::response_promise rp = self->make_response_promise();
+          self->request(cand, std::chrono::seconds(30), status_atom::value)
+              .then(
+                  [=](ToolResult& r) mutable {
+                    auto& s = self->state;
+                    if (s.deployed.is_object() && s.deployed.value("candidate", "") == c)
+                      r.structured["deployed_build"] = s.deployed;
+                    rp.deliver(r);
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(Error("internal error: " + caf::to_string(e))); });
+          return rp;
+        }
+        if (tool == "deploy_candidate") {
+          DeployArgs a;
+          Status st = ParseDeployArgs(call.arguments, &a);
+          if (!st.ok()) return Error(st.message());
+          return Deploy(self, a.candidate, a.build_id, a.wait, sink);
+        }
+        if (tool == "apply") {  // operator API only (/v1); not an MCP tool
+          std::optional<std::string> c;
+          Status st = ParseApplyArgs(call.arguments, &c);
+          if (!st.ok()) return Error(st.message());
+          if (!c) {
+            int64_t best = -1;
+            for (const auto& [name, seq] : s.success_seq)
+              if (seq > best) best = seq, c = name;
+          }
+          if (!c || !s.success_seq.count(*c))
+            return ToolResult{{{"domain", s.env->domain},
+                               {"status", "nothing_built"},
+                               {"message", c ? "candidate '" + *c + "' has no successful build"
+                                             : "no candidate of domain '" + s.env->domain +
+                                                   "' has a successful build"}},
+                              false};
+          return Deploy(self, *c, std::nullopt, true, sink);
+        }
+        if (tool == "domain_status") {  // operator API only (/v1)
+          return ToolResult{DomainStatusJson(self), false};
         }
         if (tool == "build_log") {
           std::string id;
@@ -134,6 +390,13 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
       },
       [=](summary_atom, CandidateSummary& sum) {
         auto& s = self->state;
+        if (sum.json.contains("latest_successful_build") && sum.json["latest_successful_build"].is_object()) {
+          std::string id = sum.json["latest_successful_build"].value("build_id", "");
+          if (s.success_id[sum.candidate] != id) {
+            s.success_id[sum.candidate] = id;
+            s.success_seq[sum.candidate] = ++s.success_clock;
+          }
+        }
         if (sum.json.contains("latest_build") && sum.json["latest_build"].is_object())
           s.build_candidate[sum.json["latest_build"]["build_id"].get<std::string>()] = sum.candidate;
         s.summaries[sum.candidate] = std::move(sum.json);
@@ -142,7 +405,33 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
         self->state.build_candidate[id] = candidate;
       },
       [=](shutdown_atom) {
-        for (auto& [n, a] : self->state.candidates) self->send(a, shutdown_atom::value);
+        auto& s = self->state;
+        s.stopping = true;
+        for (auto& [n, a] : s.candidates) self->send(a, shutdown_atom::value);
+        for (auto& [id, run] : s.deploys)
+          if (!run.result) run.cancel->Cancel();
+      },
+      [=](deploy_prog_atom, const std::string& id, const std::string& line) {
+        auto it = self->state.deploys.find(id);
+        if (it == self->state.deploys.end() || it->second.result) return;
+        DeployRun& run = it->second;
+        run.progress += 1;
+        for (auto& sink : run.sinks) self->send(sink, progress_atom::value, ToolProgress{run.progress, std::nullopt, line});
+      },
+      [=](deploy_done_atom, const std::string& id, DeployResult& res) {
+        auto& s = self->state;
+        auto it = s.deploys.find(id);
+        if (it != s.deploys.end()) {
+          if (res.state == DeployState::kFailed && res.reason == "Cancelled" && !it->second.superseded_by.empty()) {
+            res.reason = "Superseded";
+            res.message = "superseded by deploy " + it->second.superseded_by + " of a newer build";
+          }
+          FinishDeploy(self, it->second, res);
+        }
+        if (auto next = s.order.Finished(id)) {
+          auto n = s.deploys.find(*next);
+          if (n != s.deploys.end() && !n->second.result) StartDeploy(self, n->second);
+        }
       },
   };
 }

@@ -10,6 +10,7 @@
 #include "actors/busy_branches.h"
 #include "builder/builder.h"
 #include "config/config.h"
+#include "deploy/deployer.h"
 #include "workspace/git_repo.h"
 
 namespace kiln {
@@ -30,6 +31,7 @@ struct DomainEnv {
   std::shared_ptr<BuildMetrics> metrics;   // may be null
   std::shared_ptr<BusyBranches> busy;      // may be null
   std::shared_ptr<KeyStore> keys;          // may be null: no persistent build-key cache
+  std::shared_ptr<Deployer> deployer;      // null: deploy.type "none"
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;
   size_t history_per_candidate = 50;

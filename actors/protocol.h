@@ -15,6 +15,11 @@
 //               (summary_atom, CandidateSummary)                   from its candidates
 //   candidate:  (build_atom, BuildRequest, actor sink)             -> ToolResult
 //               (status_atom)                                      -> ToolResult
+//               (lookup_atom, BuildId or "")                       -> ToolResult
+//                   {build_id, candidate, commit, image, digest, order} of that build
+//                   (or of the latest successful one); is_error when not deployable
+//   domain <- deploy worker: (deploy_prog_atom, deploy_id, line),
+//                            (deploy_done_atom, deploy_id, DeployResult)
 //               (log_atom, BuildId, offset, limit)                 -> ToolResult
 //               (cancel_atom, BuildId)                             -> ToolResult
 //   sink (the caller's bridge) <- candidate:
@@ -32,6 +37,7 @@
 #include "actors/build_types.h"
 #include "actors/scheduler_core.h"
 #include "common/status.h"
+#include "deploy/deployer.h"
 #include "transport/tool_backend.h"
 
 namespace kiln {
@@ -55,6 +61,9 @@ using started_atom = caf::atom_constant<caf::atom("k_started")>;
 using granted_atom = caf::atom_constant<caf::atom("k_granted")>;
 using done_atom = caf::atom_constant<caf::atom("k_done")>;
 using shutdown_atom = caf::atom_constant<caf::atom("k_shutdown")>;
+using lookup_atom = caf::atom_constant<caf::atom("k_lookup")>;
+using deploy_done_atom = caf::atom_constant<caf::atom("k_depdone")>;
+using deploy_prog_atom = caf::atom_constant<caf::atom("k_depprog")>;
 
 struct SubmitReply {
   SchedulerCore::SubmitKind kind = SchedulerCore::SubmitKind::kQueued;
@@ -103,3 +112,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::ToolResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::ToolProgress)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::CandidateSummary)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::WorkDone)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::DeployResult)

@@ -27,11 +27,25 @@
 #include "builder/layered_builder.h"
 #include "builder/process_runner.h"
 #include "builder/registry_client.h"
+#include "deploy/local_deployer.h"
+#include "k8s/kubernetes_deployer.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The configured deploy target of a domain (null for "none").
+std::shared_ptr<Deployer> MakeDeployer(const std::string& name, const DomainConfig& d,
+                                       const RegistryConfig& reg, const std::string& domain_dir) {
+  if (d.deploy.type == "kubernetes" && d.deploy.kubernetes)
+    return std::make_shared<KubernetesDeployer>(*d.deploy.kubernetes);
+  if (d.deploy.type == "local" && d.deploy.local)
+    return std::make_shared<LocalDeployer>(name, *d.deploy.local,
+                                           RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file},
+                                           domain_dir + "/deploy");
+  return nullptr;
+}
 
 struct SystemConfig : caf::actor_system_config {
   explicit SystemConfig(size_t threads) {
@@ -54,6 +68,7 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;
   std::map<std::string, caf::actor> domains;
+  std::vector<std::shared_ptr<Deployer>> deployers;  // shut down after the domains
 
   std::mutex mu;
   uint64_t next_handle = 1;
@@ -130,6 +145,11 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->metrics = impl->metrics;
     env->keys = keys;
     env->busy = impl->busy;
+    if (opts.deployers.count(name))
+      env->deployer = opts.deployers.at(name);
+    else if (opts.deploy)
+      env->deployer = MakeDeployer(name, d, reg->second, env->domain_dir);
+    if (env->deployer) impl->deployers.push_back(env->deployer);
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
@@ -270,6 +290,7 @@ void Runtime::Shutdown(std::chrono::milliseconds grace) {
   for (auto& [n, d] : impl->domains) caf::anon_send(d, shutdown_atom::value);
   if (!impl->work->Wait(std::chrono::seconds(10)))
     spdlog::error("shutdown: builder processes still running after 10 s");
+  for (auto& d : impl->deployers) d->Shutdown();  // local candidates stop with kiln
   impl->stop = true;
   if (impl->ready_thread.joinable()) impl->ready_thread.join();
   for (auto& [n, d] : impl->domains) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 #include "builder/builder.h"
 #include "common/status.h"
 #include "config/config.h"
+#include "deploy/deployer.h"
 #include "transport/tool_backend.h"
 
 namespace kiln {
@@ -24,6 +26,9 @@ struct RuntimeOptions {
   std::shared_ptr<Builder> builder;          // null: BuildahBuilder with the real buildah
   bool open_repositories = true;             // false for `kiln build --source` (no git)
   bool readiness_checks = true;              // background builder/registry checks for /readyz
+  bool deploy = true;                        // false: no deployers (`kiln build`)
+  /// Overrides the deployer of a domain (tests); domains not listed get the configured one.
+  std::map<std::string, std::shared_ptr<Deployer>> deployers;
 };
 
 class Runtime : public ToolBackend {

@@ -70,6 +70,39 @@ Status ParseBuildArgs(const nlohmann::json& args, BuildRequest* out) {
   return Status::Ok();
 }
 
+Status ParseDeployArgs(const nlohmann::json& args, DeployArgs* out) {
+  Status s = RequireObject(args);
+  if (!s.ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"candidate", "build_id", "wait"})).ok()) return s;
+  std::optional<std::string> cand, id;
+  if (!(s = GetString(args, "candidate", true, &cand)).ok()) return s;
+  if (!(s = ValidateName(*cand, "candidate")).ok()) return s;
+  if (!(s = GetString(args, "build_id", false, &id)).ok()) return s;
+  if (id && !IsValidBuildId(*id))
+    return Status::InvalidArgument("argument 'build_id' is not a build id (b- and 16 hex digits)");
+  bool wait = true;
+  auto w = args.find("wait");
+  if (w != args.end() && !w->is_null()) {
+    if (!w->is_boolean()) return Status::InvalidArgument("argument 'wait' must be a boolean");
+    wait = w->get<bool>();
+  }
+  out->candidate = *cand;
+  out->build_id = id;
+  out->wait = wait;
+  return Status::Ok();
+}
+
+Status ParseApplyArgs(const nlohmann::json& args, std::optional<std::string>* candidate) {
+  Status s = RequireObject(args);
+  if (!s.ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"candidate"})).ok()) return s;
+  std::optional<std::string> c;
+  if (!(s = GetString(args, "candidate", false, &c)).ok()) return s;
+  if (c && !(s = ValidateName(*c, "candidate")).ok()) return s;
+  *candidate = c;
+  return Status::Ok();
+}
+
 Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate) {
   Status s = RequireObject(args);
   if (!s.ok()) return s;

@@ -31,6 +31,15 @@ struct BuildSnapshot {
 /// build_candidate arguments: candidate (required), ref?, commit?, wait? (bool).
 /// Returns InvalidArgument naming the offending field.
 Status ParseBuildArgs(const nlohmann::json& args, BuildRequest* out);
+/// deploy_candidate arguments: candidate (required), build_id?, wait? (default true).
+struct DeployArgs {
+  std::string candidate;
+  std::optional<std::string> build_id;
+  bool wait = true;
+};
+Status ParseDeployArgs(const nlohmann::json& args, DeployArgs* out);
+/// The operator's apply (internal tool "apply", /v1 only): candidate? .
+Status ParseApplyArgs(const nlohmann::json& args, std::optional<std::string>* candidate);
 /// candidate_status arguments: candidate.
 Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate);
 /// build_log / cancel_build: build_id (and offset >= 0, 1 <= limit <= 1 MiB, default 64 KiB).

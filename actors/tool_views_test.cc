@@ -19,6 +19,30 @@ TEST(ToolViews, ParseBuildArgs) {
   EXPECT_EQ(*r.commit, "abcdef1");
 }
 
+TEST(ToolViews, ParseDeployArgs) {
+  DeployArgs a;
+  ASSERT_TRUE(ParseDeployArgs({{"candidate", "c1"}}, &a).ok());
+  EXPECT_EQ(a.candidate, "c1");
+  EXPECT_FALSE(a.build_id.has_value());
+  EXPECT_TRUE(a.wait);
+  ASSERT_TRUE(ParseDeployArgs({{"candidate", "c1"}, {"build_id", "b-0123456789abcdef"}, {"wait", false}}, &a).ok());
+  EXPECT_EQ(*a.build_id, "b-0123456789abcdef");
+  EXPECT_FALSE(a.wait);
+  EXPECT_NE(ParseDeployArgs({{"candidate", "c1"}, {"build_id", "../x"}}, &a).message().find("build_id"),
+            std::string::npos);
+  EXPECT_NE(ParseDeployArgs({{"candidate", "../c"}}, &a).message().find("candidate"), std::string::npos);
+  EXPECT_NE(ParseDeployArgs({{"candidate", "c"}, {"image", "evil"}}, &a).message().find("image"),
+            std::string::npos);
+  EXPECT_FALSE(ParseDeployArgs({{"candidate", "c"}, {"wait", "yes"}}, &a).ok());
+  EXPECT_FALSE(ParseDeployArgs(json::array(), &a).ok());
+  std::optional<std::string> c;
+  ASSERT_TRUE(ParseApplyArgs(json::object(), &c).ok());
+  EXPECT_FALSE(c.has_value());
+  ASSERT_TRUE(ParseApplyArgs({{"candidate", "c2"}}, &c).ok());
+  EXPECT_EQ(*c, "c2");
+  EXPECT_FALSE(ParseApplyArgs({{"candidate", 3}}, &c).ok());
+}
+
 TEST(ToolViews, RejectsBadBuildArgsWithClearMessages) {
   BuildRequest r;
   auto msg = [&](const json& j) { return ParseBuildArgs(j, &r).message(); };

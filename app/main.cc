@@ -1,4 +1,4 @@
-// kiln: the command line. Subcommands: serve, build, check-config, hash-token.
+// kiln: the command line. Subcommands: serve, apply, build, check-config, hash-token.
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include "common/names.h"
 #include "common/sha256.h"
 #include "config/config_parser.h"
+#include "app/apply_command.h"
 #include "app/serve_command.h"
 #include "builder/layered_builder.h"
 #include "builder/registry_client.h"
@@ -23,7 +24,12 @@
 namespace {
 
 const char* kUsage = R"(usage:
-  kiln serve --config FILE            run the service (HTTP: /mcp, /healthz, /readyz, /metrics)
+  kiln serve --config FILE            run the service (HTTP: /mcp, /git/, /v1/, /healthz, /readyz,
+                                      /metrics)
+  kiln apply --server URL --domain D [--candidate C] [--timeout SECONDS] [--token-file F]
+                                      backstop: make sure the latest successful build is deployed;
+                                      token from $KILN_TOKEN or --token-file; exit 0 deployed (or
+                                      already was), 2 nothing built yet, 1 failure
   kiln build --config FILE --domain D --candidate C --source DIR
                                       one build through the same scheduler, no server;
                                       JSON result on stdout, exit 1 when the build fails
@@ -126,6 +132,7 @@ int Build(const std::map<std::string, std::string>& flags) {
   kiln::RuntimeOptions opts;
   opts.open_repositories = false;
   opts.readiness_checks = false;
+  opts.deploy = false;
   std::unique_ptr<kiln::Runtime> rt;
   st = kiln::Runtime::Create(cfg, opts, &rt);
   if (!st.ok()) {
@@ -186,7 +193,7 @@ int main(int argc, char** argv) {
   std::string err;
   if (!ParseFlags(argc, argv, 2, &flags, &err)) {
     std::cerr << "kiln " << cmd << ": " << err << "\n" << kUsage;
-    return 2;
+    return cmd == "apply" ? 1 : 2;  // apply's 2 means "nothing built yet"
   }
   if (cmd == "check-config") {
     if (!Require(flags, {"config"}, &err)) {
@@ -198,6 +205,7 @@ int main(int argc, char** argv) {
     return CheckLayeredBases(flags.at("config"));
   }
   if (cmd == "build") return Build(flags);
+  if (cmd == "apply") return kiln::ApplyCommand(flags);
   if (cmd == "serve") {
     if (!Require(flags, {"config"}, &err)) {
       std::cerr << "kiln serve: " << err << "\n";

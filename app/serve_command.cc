@@ -12,6 +12,7 @@
 #include "config/config_parser.h"
 #include "transport/git_http.h"
 #include "transport/http_server.h"
+#include "transport/operator_api.h"
 
 namespace kiln {
 
@@ -45,6 +46,7 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   opts.max_request_bytes = static_cast<size_t>(config->server.max_request_bytes);
   opts.max_sessions = static_cast<size_t>(config->server.max_sessions);
   opts.max_calls_per_session = static_cast<size_t>(config->server.max_inflight_per_session);
+  opts.catalog.include_deploy = true;
   // The git endpoint outlives the server's Stop (declared first); the runtime outlives both.
   GitHttpHandler::Options gopts;
   gopts.state_dir = config->server.state_dir;
@@ -53,6 +55,8 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   GitHttpHandler git(*config, gopts);
   HttpServer server(*config, *rt, opts);
   git.Register(server);
+  OperatorApi operator_api(*config, *rt);
+  operator_api.Register(server);
   st = server.Start();
   if (!st.ok()) {
     spdlog::error("cannot listen on {}: {}", config->server.listen, st.message());

@@ -1,17 +1,31 @@
 #include "builder/buildah_builder.h"
 
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "builder/oci_layout_pusher.h"
+#include "builder/registry_client.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 namespace {
+
+constexpr char kPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr char kOciRef[] = "img";
+constexpr int kExitLoad = 201;    // the inner script could not load a base image
+constexpr int kExitExport = 202;  // ... could not export the built image
 
 std::string ReadSmallFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -21,8 +35,6 @@ std::string ReadSmallFile(const std::string& path) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
-
-bool IsHttp(const std::string& url) { return url.rfind("http://", 0) == 0; }
 
 // The last meaningful lines of buildah output, for error messages.
 std::string LastLines(const std::string& text, size_t n) {
@@ -43,38 +55,178 @@ std::string LastLines(const std::string& text, size_t n) {
   return s;
 }
 
-Status PushFailure(const ProcessResult& r, const std::string& registry) {
-  const std::string& o = r.output;
-  auto has = [&](const char* s) { return o.find(s) != std::string::npos; };
-  if (has("unauthorized") || has("authentication required") || has("401 Unauthorized") ||
-      has("denied"))
-    return Status::PermissionDenied("registry " + registry +
-                                    " rejected kiln's credential (check the registry's auth_file)");
-  if (has("connection refused") || has("no such host") || has("i/o timeout") ||
-      has("connection reset") || has("EOF"))
-    return Status::Unavailable("registry " + registry + " is unreachable: " + LastLines(o, 1));
-  return Status::Unavailable("push to " + registry + " failed (exit " +
-                             std::to_string(r.exit_code) + "): " + LastLines(o, 2));
+bool IsHexDigest(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
 }
 
-// buildah could not start the build (typically: pulling a base image failed). Names the
-// registry problem when there is one; the last line names the image and registry host.
-Status PrepareFailure(const std::string& o) {
-  auto has = [&](const char* s) { return o.find(s) != std::string::npos; };
-  if (has("unauthorized") || has("authentication required") || has("401 Unauthorized"))
-    return Status::PermissionDenied("builder could not pull a base image: the registry rejected "
-                                    "kiln's credential: " + LastLines(o, 1));
-  if (has("connection refused") || has("no such host") || has("i/o timeout") ||
-      has("connection reset"))
-    return Status::Unavailable("builder could not pull a base image: registry unreachable: " +
-                               LastLines(o, 1));
-  return Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1));
+// Splits "host/repo[:tag][@sha256:x]" into host, repository and reference (tag or digest).
+bool SplitImage(const std::string& image, std::string* host, std::string* repo,
+                std::string* ref) {
+  size_t slash = image.find('/');
+  if (slash == std::string::npos) return false;
+  *host = image.substr(0, slash);
+  std::string rest = image.substr(slash + 1);
+  size_t at = rest.find('@');
+  if (at != std::string::npos) {
+    *ref = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    size_t colon = rest.rfind(':');
+    if (colon != std::string::npos) rest = rest.substr(0, colon);
+  } else {
+    size_t colon = rest.rfind(':');
+    if (colon != std::string::npos && rest.find('/', colon) == std::string::npos) {
+      *ref = rest.substr(colon + 1);
+      rest = rest.substr(0, colon);
+    } else {
+      *ref = "latest";
+    }
+  }
+  *repo = rest;
+  return !host->empty() && !repo->empty() && !ref->empty();
+}
+
+// Substitutes $X, ${X} and ${X:-default} from `vars` (unknown: empty).
+std::string Substitute(const std::string& s, const std::map<std::string, std::string>& vars) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '$' || i + 1 >= s.size()) {
+      out += s[i];
+      continue;
+    }
+    std::string name, def;
+    bool has_def = false;
+    if (s[i + 1] == '{') {
+      size_t close = s.find('}', i + 2);
+      if (close == std::string::npos) {
+        out += s.substr(i);
+        break;
+      }
+      name = s.substr(i + 2, close - i - 2);
+      size_t dash = name.find(":-");
+      if (dash != std::string::npos) {
+        def = name.substr(dash + 2);
+        name = name.substr(0, dash);
+        has_def = true;
+      }
+      i = close;
+    } else {
+      size_t j = i + 1;
+      while (j < s.size() && (isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      name = s.substr(i + 1, j - i - 1);
+      if (name.empty()) {
+        out += '$';
+        continue;
+      }
+      i = j - 1;
+    }
+    auto it = vars.find(name);
+    if (it != vars.end() && !it->second.empty()) {
+      out += it->second;
+    } else if (has_def) {
+      out += def;
+    }
+  }
+  return out;
+}
+
+std::string Upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Joins continuation lines ("\\\n") and drops comments.
+std::vector<std::string> Instructions(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line, cur;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    size_t first = line.find_first_not_of(" \t");
+    if (cur.empty() && (first == std::string::npos || line[first] == '#')) continue;
+    if (!line.empty() && line.back() == '\\') {
+      cur += line.substr(0, line.size() - 1) + " ";
+      continue;
+    }
+    cur += line;
+    out.push_back(cur);
+    cur.clear();
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+// Owned by `uid:gid` with `mode`; created when missing. Refuses a symlink.
+Status OwnedDir(const std::string& dir, uid_t uid, gid_t gid, mode_t mode) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return Status::Internal("cannot create directory " + dir);
+  if ((st.st_uid != uid || st.st_gid != gid) && ::lchown(dir.c_str(), uid, gid) != 0)
+    return Status::Internal("cannot chown " + dir);
+  if ((st.st_mode & 07777) != mode && ::chmod(dir.c_str(), mode) != 0)
+    return Status::Internal("cannot chmod " + dir);
+  return Status::Ok();
+}
+
+// chown -R without following symlinks (files kiln wrote for the build user).
+void ChownTree(const std::string& dir, uid_t uid, gid_t gid) {
+  std::error_code ec;
+  ::lchown(dir.c_str(), uid, gid);
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec))
+    ::lchown(it->path().c_str(), uid, gid);
+}
+
+// Image names present in a containers/storage overlay store (kiln reads the build user's file:
+// untrusted, size-bounded, only used to decide whether to load a base image again).
+std::set<std::string> StoredImageNames(const std::string& root) {
+  std::set<std::string> names;
+  std::string text;
+  if (!ReadFileBeneath(root, "overlay-images/images.json", 64 << 20, &text).ok()) return names;
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_array()) return names;
+  for (const auto& img : j) {
+    if (!img.is_object() || !img["names"].is_array()) continue;
+    for (const auto& n : img["names"])
+      if (n.is_string()) names.insert(n.get<std::string>());
+  }
+  return names;
+}
+
+// The state directory when `storage` is <state>/domains/<d>/candidates/<c>/storage, else the
+// candidate directory (storage's parent).
+std::string StateDirOf(const std::string& storage) {
+  fs::path p(storage);
+  fs::path cand = p.parent_path();
+  fs::path cands = cand.parent_path();
+  fs::path dom = cands.parent_path();
+  fs::path doms = dom.parent_path();
+  if (p.filename() == "storage" && cands.filename() == "candidates" && doms.filename() == "domains")
+    return doms.parent_path().string();
+  return cand.string();
 }
 
 }  // namespace
 
+struct BuildahBuilder::BuildUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+struct BuildahBuilder::BaseLoad {
+  std::string image;   // the name the Containerfile uses
+  std::string dir;     // OCI layout, relative to the rootless directory
+  std::string digest;  // registry digest (marker)
+};
+
 BuildahBuilder::BuildahBuilder(ProcessRunner* runner, std::string buildah)
     : runner_(runner), buildah_(std::move(buildah)) {}
+BuildahBuilder::~BuildahBuilder() = default;
 
 std::string BuildahBuilder::RegistryHost(const std::string& url) {
   std::string s = url;
@@ -82,6 +234,18 @@ std::string BuildahBuilder::RegistryHost(const std::string& url) {
   if (p != std::string::npos) s = s.substr(p + 3);
   while (!s.empty() && s.back() == '/') s.pop_back();
   return s;
+}
+
+std::string BuildahBuilder::ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
 }
 
 void BuildahBuilder::ScanContainerfile(const std::string& text, std::vector<std::string>* workdirs,
@@ -92,7 +256,7 @@ void BuildahBuilder::ScanContainerfile(const std::string& text, std::vector<std:
     std::istringstream ls(line);
     std::string word;
     ls >> word;
-    for (auto& c : word) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+    word = Upper(word);
     std::string arg;
     ls >> arg;
     if (word == "WORKDIR" && !arg.empty() && arg[0] == '/' && workdirs) {
@@ -106,27 +270,237 @@ void BuildahBuilder::ScanContainerfile(const std::string& text, std::vector<std:
   }
 }
 
-std::vector<std::string> BuildahBuilder::StorageArgs(const BuildJob& job) const {
-  return {buildah_,        "--root",           job.storage_dir + "/root", "--runroot",
-          job.storage_dir + "/run", "--storage-driver", "overlay"};
+std::vector<std::string> BuildahBuilder::BaseImages(const std::string& text,
+                                                    const std::map<std::string, std::string>& args) {
+  std::map<std::string, std::string> vars;  // ARGs declared before the first FROM
+  std::set<std::string> stages;
+  std::vector<std::string> images;
+  auto add = [&](const std::string& raw) {
+    std::string img = Substitute(raw, vars);
+    if (img.empty() || img == "scratch" || stages.count(Upper(img))) return;
+    bool number = img.find_first_not_of("0123456789") == std::string::npos;
+    if (number) return;
+    for (const auto& i : images)
+      if (i == img) return;
+    images.push_back(img);
+  };
+  bool seen_from = false;
+  for (const std::string& ins : Instructions(text)) {
+    std::istringstream ls(ins);
+    std::string word;
+    ls >> word;
+    word = Upper(word);
+    std::vector<std::string> words;
+    for (std::string w; ls >> w;) words.push_back(w);
+    if (word == "ARG" && !seen_from) {
+      for (const auto& w : words) {
+        size_t eq = w.find('=');
+        std::string name = w.substr(0, eq);
+        auto a = args.find(name);
+        if (a != args.end()) {
+          vars[name] = a->second;
+        } else if (eq != std::string::npos) {
+          std::string v = w.substr(eq + 1);
+          if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+            v = v.substr(1, v.size() - 2);
+          vars[name] = v;
+        }
+      }
+    } else if (word == "FROM") {
+      seen_from = true;
+      size_t i = 0;
+      while (i < words.size() && words[i].rfind("--", 0) == 0) ++i;
+      if (i < words.size()) add(words[i]);
+      if (i + 2 < words.size() && Upper(words[i + 1]) == "AS") stages.insert(Upper(words[i + 2]));
+    } else if (word == "COPY" || word == "ADD" || word == "RUN") {
+      for (const auto& w : words) {
+        if (w.rfind("--", 0) != 0) break;
+        if (w.rfind("--from=", 0) == 0) add(w.substr(7));
+        if (w.rfind("--mount=", 0) == 0) {
+          std::stringstream opts(w.substr(8));
+          for (std::string kv; std::getline(opts, kv, ',');)
+            if (kv.rfind("from=", 0) == 0) add(kv.substr(5));
+        }
+      }
+    }
+  }
+  return images;
 }
 
-std::map<std::string, std::string> BuildahBuilder::Env(const BuildJob& job) const {
-  // Exactly this environment: nothing of kiln's own environment (tokens, cloud credentials)
-  // reaches buildah or the RUN steps it executes.
-  return {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-          {"HOME", job.home_dir},
-          {"TMPDIR", job.cache_dir},
-          {"LANG", "C.UTF-8"},
-          {"BUILDAH_LAYERS", "true"},
-          {"STORAGE_DRIVER", "overlay"}};
+Status BuildahBuilder::LookupUser(const std::string& name, BuildUser* user) const {
+  struct passwd pw;
+  struct passwd* res = nullptr;
+  char buf[4096];
+  if (::getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr)
+    return Status::Unavailable("build user '" + name +
+                               "' does not exist (scripts/setup.sh creates it; see "
+                               "`kiln check-config`)");
+  if (pw.pw_uid == 0 || pw.pw_gid == 0 || pw.pw_uid == ::geteuid())
+    return Status::Unavailable("build user '" + name + "' must be neither root nor kiln's uid");
+  user->name = name;
+  user->uid = pw.pw_uid;
+  user->gid = pw.pw_gid;
+  return Status::Ok();
 }
 
-void BuildahBuilder::RemoveWorkingContainers(const BuildJob& job) {
+RegistryClient* BuildahBuilder::Client(const RegistryConfig& reg) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& c = clients_[reg.url];
+  if (!c) c = std::make_unique<RegistryClient>(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file});
+  return c.get();
+}
+
+Status BuildahBuilder::PrepareDirs(const BuildJob& job, const BuildUser& user) {
+  // kiln's own directories: root only.
+  for (const auto& d : {job.storage_dir, job.cache_dir}) {
+    Status st = OwnedDir(d, ::geteuid(), ::getegid(), 0700);
+    if (!st.ok()) return st;
+  }
+  // The build user's: its store, HOME, runtime dir, export and import layouts; the source is
+  // bind-mounted on src (read-only) inside the namespace.
+  const std::string b = job.storage_dir + "/rootless";
+  for (const char* sub : {"", "/root", "/run", "/home", "/xdg", "/oci", "/bases", "/src"}) {
+    Status st = OwnedDir(b + sub, user.uid, user.gid, 0700);
+    if (!st.ok()) return st;
+  }
+  Status st = OwnedDir(job.cache_dir + "/rootless", user.uid, user.gid, 0700);
+  if (!st.ok()) return st;
+  std::error_code ec;
+  fs::create_directories(kSandboxRoot, ec);
+  ::chmod(kSandboxRoot, 0755);
+  return Status::Ok();
+}
+
+Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
+                                    const std::string& containerfile, std::vector<BaseLoad>* loads,
+                                    bool* agent_fault, const OutputFn& out,
+                                    const CancelToken* cancel) {
+  const std::string host = RegistryHost(job.registry.url);
+  std::map<std::string, std::string> args = job.build.containerfile.build_args;
+  args["KILN_REGISTRY"] = host;
+  std::vector<std::string> images = BaseImages(containerfile, args);
+  const std::string b = job.storage_dir + "/rootless";
+  const std::string marker_path = job.storage_dir + "/kiln-bases.json";
+  json marker = json::parse(ReadSmallFile(marker_path), nullptr, false);
+  if (!marker.is_object()) marker = json::object();
+  std::set<std::string> stored = StoredImageNames(b + "/root");
+  RegistryClient* client = Client(job.registry);
+  int n = 0;
+  for (const std::string& image : images) {
+    std::string ihost, repo, ref;
+    if (image.find('$') != std::string::npos) continue;  // unresolved: buildah will say so
+    if (!SplitImage(image, &ihost, &repo, &ref) || ihost != host) {
+      *agent_fault = true;
+      return Status::FailedPrecondition(
+          "base image '" + image + "' is not in the domain's registry " + host +
+          ": builds have no network, kiln provides base images from " + host + " only");
+    }
+    std::string body, type, digest;
+    Status st = client->GetManifest(repo, ref, &body, &type, &digest);
+    if (!st.ok()) {
+      if (st.code() == Status::Code::kNotFound) {
+        *agent_fault = true;
+        return Status::FailedPrecondition("base image '" + image + "' not found in registry " +
+                                          host);
+      }
+      if (st.code() == Status::Code::kPermissionDenied)
+        return Status::PermissionDenied("registry " + host +
+                                        " rejected kiln's credential (check the registry's "
+                                        "auth_file) while resolving base image " + image);
+      return Status::Unavailable("registry " + host + " is unreachable while resolving base image " +
+                                 image + ": " + st.message());
+    }
+    bool digest_ref = ref.rfind("sha256:", 0) == 0;
+    bool have = marker.value(image, "") == digest && (digest_ref || stored.count(image) > 0);
+    if (have) continue;
+    if (cancel && cancel->cancelled()) return Status::Cancelled("build cancelled");
+    BaseLoad load;
+    load.image = image;
+    load.dir = "bases/" + std::to_string(n++);
+    load.digest = digest;
+    std::string dir = b + "/" + load.dir;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (out) out("kiln: fetching base image " + image + "\n");
+    // kiln's own tool with kiln's credential; the build user only ever sees the layout.
+    ProcessSpec spec;
+    spec.argv = {"skopeo", "copy", "--quiet", "--retry-times", "2"};
+    if (job.registry.url.rfind("http://", 0) == 0) spec.argv.push_back("--src-tls-verify=false");
+    if (job.registry.auth_file) spec.argv.insert(spec.argv.end(), {"--src-authfile", *job.registry.auth_file});
+    if (job.registry.ca_file) {
+      std::string cert_dir = job.storage_dir + "/certs.d";
+      fs::create_directories(cert_dir, ec);
+      fs::copy_file(*job.registry.ca_file, cert_dir + "/ca.crt", fs::copy_options::overwrite_existing, ec);
+      spec.argv.insert(spec.argv.end(), {"--src-cert-dir", cert_dir});
+    }
+    spec.argv.insert(spec.argv.end(), {"docker://" + host + "/" + repo + (digest_ref ? "@" : ":") + ref,
+                                       "oci:" + dir + ":" + kOciRef});
+    spec.env = std::map<std::string, std::string>{{"PATH", kPath}, {"HOME", job.storage_dir}};
+    spec.timeout = std::chrono::seconds(600);
+    ProcessResult r = runner_->Run(spec, nullptr, cancel);
+    if (r.cancelled) return Status::Cancelled("build cancelled");
+    if (!r.start_status.ok()) return Status::Unavailable("cannot run skopeo: " + r.start_status.message());
+    if (r.exit_code != 0) {
+      const std::string& o = r.output;
+      if (o.find("unauthorized") != std::string::npos || o.find("authentication required") != std::string::npos)
+        return Status::PermissionDenied("registry " + host + " rejected kiln's credential while fetching " + image);
+      return Status::Unavailable("could not fetch base image " + image + " from registry " + host +
+                                 ": " + LastLines(o, 1));
+    }
+    ChownTree(dir, user.uid, user.gid);
+    loads->push_back(load);
+  }
+  return Status::Ok();
+}
+
+ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& user,
+                                        const std::string& inner_script) const {
+  const std::string m = kSandboxRoot;
+  const std::string b = job.storage_dir + "/rootless";
+  auto q = ShellQuote;
+  std::ostringstream s;
+  s << "set -eu\n";
+  // Loopback only: build steps can talk to themselves, to nothing else.
+  if (job.build.network != "host") s << "ip link set lo up\n";
+  // A private tree the build user can reach: its directory, its domain's cache, the source.
+  s << "mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev kiln-build " << q(m) << "\n"
+    << "mkdir " << q(m + "/c") << " " << q(m + "/cache") << "\n"
+    << "mount --bind " << q(b) << " " << q(m + "/c") << "\n"
+    << "mount --bind " << q(job.cache_dir + "/rootless") << " " << q(m + "/cache") << "\n"
+    << "mount --bind -o ro " << q(job.source_dir) << " " << q(m + "/c/src") << "\n";
+  // Hide kiln's state, HOME and credential from anything that gets out of buildah's chroot.
+  std::set<std::string> hide = {StateDirOf(job.storage_dir)};
+  if (!job.home_dir.empty()) hide.insert(job.home_dir);
+  for (const auto& h : hide)
+    s << "[ ! -d " << q(h) << " ] || mount -t tmpfs -o ro,size=4k,mode=0700 kiln-hidden " << q(h)
+      << "\n";
+  if (job.registry.auth_file)
+    s << "[ ! -f " << q(*job.registry.auth_file) << " ] || mount --bind /dev/null "
+      << q(*job.registry.auth_file) << "\n";
+  const int64_t fsize = job.build.max_file_mb * 1024 * 1024;
+  s << "exec prlimit --fsize=" << fsize << ":" << fsize << " setpriv --reuid=" << user.uid
+    << " --regid=" << user.gid << " --init-groups env -i PATH=" << kPath
+    << " HOME=" << q(m + "/c/home") << " XDG_RUNTIME_DIR=" << q(m + "/c/xdg")
+    << " TMPDIR=" << q(m + "/cache") << " LANG=C.UTF-8 BUILDAH_LAYERS=true STORAGE_DRIVER=overlay"
+    << " BUILDAH_ISOLATION=chroot /bin/sh -c " << q(inner_script) << "\n";
   ProcessSpec spec;
-  spec.argv = StorageArgs(job);
-  spec.argv.insert(spec.argv.end(), {"rm", "--all"});
-  spec.env = Env(job);
+  spec.argv = {"unshare"};
+  if (job.build.network != "host") spec.argv.push_back("--net");
+  // buildah runs as PID 1's child in its own PID namespace with its own /proc: when it exits or
+  // is killed, the kernel kills every process its RUN steps started, even ones that left the
+  // process group; its mounts vanish with the mount namespace.
+  spec.argv.insert(spec.argv.end(), {"--pid", "--fork", "--kill-child", "--mount-proc",
+                                     "--propagation", "private", "/bin/sh", "-c", s.str()});
+  spec.env = std::map<std::string, std::string>{{"PATH", kPath}};
+  spec.cwd = "/";
+  return spec;
+}
+
+void BuildahBuilder::RemoveWorkingContainers(const BuildJob& job, const BuildUser& user) {
+  const std::string m = kSandboxRoot;
+  std::string inner = ShellQuote(buildah_) + " --root " + ShellQuote(m + "/c/root") + " --runroot " +
+                      ShellQuote(m + "/c/run") + " --storage-driver overlay rm --all";
+  ProcessSpec spec = SandboxSpec(job, user, inner);
   spec.timeout = std::chrono::seconds(30);
   runner_->Run(spec, nullptr, nullptr);
 }
@@ -134,86 +508,134 @@ void BuildahBuilder::RemoveWorkingContainers(const BuildJob& job) {
 BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
                                   const CancelToken* cancel) {
   BuildResult res;
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+        .count();
+  };
   const auto& cf = job.build.containerfile;
-  std::error_code ec;
-  for (const auto& d : {job.storage_dir, job.cache_dir, job.home_dir}) fs::create_directories(d, ec);
   std::string file = job.source_dir + "/" + cf.file;
-  std::string context = job.source_dir + "/" + cf.context;
   if (!fs::is_regular_file(file)) {
     res.status = Status::InvalidArgument("Containerfile '" + cf.file + "' not found in the source");
     res.compile_failed = true;
     return res;
   }
-  std::string iidfile = job.storage_dir + "/iid-" + job.build_id;
-  fs::remove(iidfile, ec);
+  BuildUser user;
+  Status st = LookupUser(job.build.user, &user);
+  if (st.ok()) st = PrepareDirs(job, user);
+  if (!st.ok()) {
+    res.status = st;
+    return res;
+  }
+  const std::string text = ReadSmallFile(file);
+  std::vector<BaseLoad> loads;
+  bool agent_fault = false;
+  st = PrepareBases(job, user, text, &loads, &agent_fault, out, cancel);
+  if (!st.ok()) {
+    res.status = st;
+    res.compile_failed = agent_fault;
+    res.elapsed_ms = elapsed();
+    return res;
+  }
+  const std::string b = job.storage_dir + "/rootless";
+  const std::string m = kSandboxRoot;
+  const std::string iid_in = m + "/c/iid";
+  std::error_code ec;
+  fs::remove(b + "/iid", ec);
 
+  auto q = ShellQuote;
+  std::ostringstream in;
+  in << "b() { " << q(buildah_) << " --root " << q(m + "/c/root") << " --runroot "
+     << q(m + "/c/run") << " --storage-driver overlay \"$@\"; }\n";
+  for (const BaseLoad& l : loads) {
+    std::string dir = m + "/c/" + l.dir;
+    std::string local = "localhost" + dir;  // the name `buildah pull oci:<dir>` gives it
+    in << "id=$(b pull -q " << q("oci:" + dir + ":" + kOciRef) << ") || { echo "
+       << q("kiln: could not load base image " + l.image) << " >&2; exit " << kExitLoad << "; }\n";
+    bool digest_ref = l.image.find('@') != std::string::npos;
+    std::string name = l.image;
+    if (digest_ref) {  // a name in the same repository, so the digest lookup finds it
+      std::string h, r, ref;
+      SplitImage(l.image, &h, &r, &ref);
+      name = h + "/" + r + ":kiln-pinned-" + ref.substr(7, 12);
+    }
+    in << "b tag \"$id\" " << q(name) << " || exit " << kExitLoad << "\n"
+       << "b rmi " << q(local) << " >/dev/null 2>&1 || true\n";
+  }
   std::string host = RegistryHost(job.registry.url);
-  ProcessSpec spec;
-  // buildah runs as PID 1 of its own PID namespace (with its own /proc and mount namespace):
-  // when it exits or is killed, the kernel kills every process its RUN steps started, even
-  // ones that left the process group, and its mounts vanish with the namespace.
-  spec.argv = {"unshare", "--pid", "--fork", "--kill-child", "--mount-proc"};
-  for (auto& a : StorageArgs(job)) spec.argv.push_back(a);
+  std::string src = m + "/c/src";
   // --force-rm: a failed step must not leave its working container in the candidate's storage.
   std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--force-rm",
-                                "--pull=missing", "--retry", "1", "-f", file, "--iidfile", iidfile,
+                                "--pull=never", "-f", src + "/" + cf.file, "--iidfile", iid_in,
                                 "--build-arg", "KILN_REGISTRY=" + host,
                                 "--label", "kiln.build-key=" + job.key,
                                 "--label", "kiln.candidate=" + job.candidate};
   if (!job.commit.empty()) a.insert(a.end(), {"--label", "kiln.commit=" + job.commit});
-  if (IsHttp(job.registry.url)) a.push_back("--tls-verify=false");
-  if (job.registry.auth_file) a.insert(a.end(), {"--authfile", *job.registry.auth_file});
-  if (job.registry.ca_file) {
-    // buildah wants a directory of certificates.
-    std::string cert_dir = job.home_dir + "/certs.d";
-    fs::create_directories(cert_dir, ec);
-    fs::copy_file(*job.registry.ca_file, cert_dir + "/ca.crt", fs::copy_options::overwrite_existing, ec);
-    a.insert(a.end(), {"--cert-dir", cert_dir});
-  }
   if (cf.target) a.insert(a.end(), {"--target", *cf.target});
   for (const auto& [k, v] : cf.build_args) a.insert(a.end(), {"--build-arg", k + "=" + v});
-  a.insert(a.end(), {"-t", host + "/" + job.repository + ":" + job.tag, context});
-  spec.argv.insert(spec.argv.end(), a.begin(), a.end());
-  spec.env = Env(job);
-  spec.cwd = job.source_dir;
-  spec.timeout = std::chrono::seconds(job.build.timeout_s);
+  a.insert(a.end(), {"-t", host + "/" + job.repository + ":" + job.tag, src + "/" + cf.context});
+  in << "b";
+  for (const auto& x : a) in << " " << q(x);
+  in << " || exit $?\n";
+  // The image leaves the build user's store as an OCI layout kiln pushes itself.
+  in << "echo 'kiln: exporting the image'\n"
+     << "b push --quiet \"$(cat " << q(iid_in) << ")\" " << q("oci:" + m + "/c/oci:" + kOciRef)
+     << " || exit " << kExitExport << "\n";
 
+  ProcessSpec spec = SandboxSpec(job, user, in.str());
+  spec.timeout = std::chrono::seconds(job.build.timeout_s);
   ProcessResult r = runner_->Run(spec, out, cancel);
-  res.elapsed_ms = r.elapsed.count();
+  for (const BaseLoad& l : loads) fs::remove_all(b + "/" + l.dir, ec);
+  res.elapsed_ms = elapsed();
   if (!r.start_status.ok()) {
     res.status = Status::Unavailable("cannot run buildah: " + r.start_status.message());
     return res;
   }
   if (r.cancelled || r.timed_out) {
-    RemoveWorkingContainers(job);
+    RemoveWorkingContainers(job, user);
     res.status = r.cancelled ? Status::Cancelled("build cancelled")
                              : Status::DeadlineExceeded("build timed out after " +
                                                         std::to_string(job.build.timeout_s) + " s");
     return res;
   }
+  if (r.exit_code != kExitLoad && !loads.empty()) {
+    json marker = json::parse(ReadSmallFile(job.storage_dir + "/kiln-bases.json"), nullptr, false);
+    if (!marker.is_object()) marker = json::object();
+    for (const BaseLoad& l : loads) marker[l.image] = l.digest;
+    std::ofstream(job.storage_dir + "/kiln-bases.json", std::ios::trunc) << marker.dump();
+  }
   if (r.exit_code != 0) {
+    if (r.exit_code == kExitLoad || r.exit_code == kExitExport) {
+      res.status = Status::Unavailable(std::string("builder could not ") +
+                                       (r.exit_code == kExitLoad ? "load a base image: "
+                                                                 : "export the image: ") +
+                                       LastLines(r.output, 1));
+      return res;
+    }
     std::vector<std::string> workdirs;
-    ScanContainerfile(ReadSmallFile(file), &workdirs, nullptr);
+    ScanContainerfile(text, &workdirs, nullptr);
     DiagnosticsOptions dopts;
     dopts.source_roots = workdirs;
     for (const char* root : {"/src/", "/workspace/", "/go/src/", "/app/"}) dopts.source_roots.push_back(root);
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     const std::string& o = r.output;
-    bool infra = o.find("error creating build container") != std::string::npos ||
-                 o.find("initializing source") != std::string::npos ||
-                 o.find("pinging container registry") != std::string::npos;
+    bool infra = o.find("error creating build container") != std::string::npos &&
+                 o.find("image not known") == std::string::npos;
     res.compile_failed = !infra;
-    res.status = infra ? PrepareFailure(o)
+    res.status = infra ? Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1))
                        : Status::FailedPrecondition("build failed (exit " +
                                                     std::to_string(r.exit_code) + ")");
     return res;
   }
-  res.image_id = ReadSmallFile(iidfile);
-  fs::remove(iidfile, ec);
-  if (res.image_id.empty()) {
+  std::string iid;
+  st = ReadFileBeneath(b, "iid", 1024, &iid);
+  while (!iid.empty() && (iid.back() == '\n' || iid.back() == ' ')) iid.pop_back();
+  if (iid.rfind("sha256:", 0) == 0) iid = iid.substr(7);
+  if (!st.ok() || !IsHexDigest(iid)) {
     res.status = Status::Internal("buildah succeeded but wrote no image id");
     return res;
   }
+  res.image_id = iid;
   res.status = Status::Ok();
   return res;
 }
@@ -221,45 +643,38 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
 PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                                 const CancelToken* cancel) {
   PushResult res;
+  auto t0 = std::chrono::steady_clock::now();
   std::string host = RegistryHost(job.registry.url);
-  std::string digestfile = job.storage_dir + "/digest-" + job.build_id;
-  std::error_code ec;
-  fs::remove(digestfile, ec);
-  ProcessSpec spec;
-  spec.argv = StorageArgs(job);
-  std::vector<std::string> a = {"push", "--retry", "2", "--retry-delay", "500ms", "--digestfile",
-                                digestfile};
-  if (IsHttp(job.registry.url)) a.push_back("--tls-verify=false");
-  if (job.registry.auth_file) a.insert(a.end(), {"--authfile", *job.registry.auth_file});
-  if (job.registry.ca_file) a.insert(a.end(), {"--cert-dir", job.home_dir + "/certs.d"});
-  a.insert(a.end(), {built.image_id, "docker://" + host + "/" + job.repository + ":" + job.tag});
-  spec.argv.insert(spec.argv.end(), a.begin(), a.end());
-  spec.env = Env(job);
-  spec.timeout = std::chrono::seconds(300);
-  ProcessResult r = runner_->Run(spec, out, cancel);
-  res.elapsed_ms = r.elapsed.count();
-  if (!r.start_status.ok()) {
-    res.status = Status::Unavailable("cannot run buildah: " + r.start_status.message());
+  OciPushRequest req;
+  req.layout_dir = job.storage_dir + "/rootless/oci";
+  req.ref_name = kOciRef;
+  req.expect_config_digest = "sha256:" + built.image_id;
+  req.repository = job.repository;
+  req.tag = job.tag;
+  OciPushResult r = PushOciLayout(Client(job.registry), req, out, cancel);
+  res.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now() - t0)
+                       .count();
+  if (!r.status.ok()) {
+    switch (r.status.code()) {
+      case Status::Code::kPermissionDenied:
+        res.status = Status::PermissionDenied("registry " + host +
+                                              " rejected kiln's credential (check the registry's "
+                                              "auth_file)");
+        break;
+      case Status::Code::kUnavailable:
+        res.status = Status::Unavailable("registry " + host + " is unreachable: " + r.status.message());
+        break;
+      case Status::Code::kCancelled:
+        res.status = Status::Cancelled("push cancelled");
+        break;
+      default:
+        res.status = Status::Internal("push to " + host + " failed: " + r.status.message());
+    }
     return res;
   }
-  if (r.cancelled) {
-    res.status = Status::Cancelled("push cancelled");
-    return res;
-  }
-  if (r.timed_out) {
-    res.status = Status::DeadlineExceeded("push to " + host + " timed out");
-    return res;
-  }
-  if (r.exit_code != 0) {
-    res.status = PushFailure(r, host);
-    return res;
-  }
-  res.digest = ReadSmallFile(digestfile);
-  fs::remove(digestfile, ec);
-  if (res.digest.rfind("sha256:", 0) != 0) {
-    res.status = Status::Internal("push succeeded but no digest was reported");
-    return res;
-  }
+  PruneOciLayout(req.layout_dir, req.ref_name);
+  res.digest = r.digest;
   res.ref = host + "/" + job.repository + "@" + res.digest;
   res.status = Status::Ok();
   return res;
@@ -268,8 +683,7 @@ PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, c
 Status BuildahBuilder::Check() {
   ProcessSpec spec;
   spec.argv = {buildah_, "version"};
-  spec.env = std::map<std::string, std::string>{
-      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}};
+  spec.env = std::map<std::string, std::string>{{"PATH", kPath}};
   spec.timeout = std::chrono::seconds(10);
   ProcessResult r = runner_->Run(spec, nullptr, nullptr);
   if (!r.start_status.ok()) return Status::Unavailable("buildah: " + r.start_status.message());

@@ -1,26 +1,48 @@
-// BuildahBuilder: containerfile mode with the real buildah.
+// BuildahBuilder: containerfile mode with the real buildah, run unprivileged and apart from kiln
+// (docs/security.md).
 //
-// Each call runs `buildah` with a private storage (job.storage_dir/root, /run) so that builds of
-// different candidates never share a store: concurrent buildah builds on one store race
-// (buildah #5674, #2781, #2521), and a candidate runs one build at a time. Compiler caches
-// (`RUN --mount=type=cache`) live under job.cache_dir (buildah's TMPDIR), one per domain.
-// The registry credential reaches buildah only as an --authfile path; RUN steps never see it.
+// Build: buildah runs as the domain's build user (build.user, e.g. `kiln-build`; never root,
+// never kiln's uid) in rootless mode with `--storage-driver overlay`, inside
+// `unshare [--net] --pid --fork --kill-child --mount-proc` started as root: a PID namespace
+// (RUN steps see no host process; everything they start dies with the build), a network
+// namespace with loopback only unless build.network is "host", and a private mount namespace
+// in which the candidate's build directory, the domain's cache and the (read-only) source are
+// bind-mounted under /run/kiln-build while kiln's state directory, HOME and registry auth file
+// are hidden. Then it drops to the build uid (setpriv) with RLIMIT_FSIZE = build.max_file_mb
+// and exactly the environment kiln gives it. Each candidate has its own store
+// (<storage_dir>/rootless, owned by the build uid): concurrent buildah processes on one store
+// race (buildah #5674, #2781, #2521), and a candidate runs one build at a time. Compiler caches
+// (`RUN --mount=type=cache`) live under <cache_dir>/rootless (TMPDIR), one per domain.
 //
-// Thread-safety: Build/Push may run concurrently for different storage_dir values.
+// The build user never holds a credential: kiln resolves the Containerfile's base images
+// (FROM, COPY --from, RUN --mount from=) itself, copies the ones it does not have yet with
+// kiln's credential (skopeo, run by kiln) into an OCI layout the build user loads into its
+// store under the same name, and builds with --pull=never. The finished image leaves the
+// store as an OCI layout (`buildah push <id> oci:...`, run as the build user) that Push uploads
+// with kiln's credential (builder/oci_layout_pusher.h): missing blobs only, manifest last.
+//
+// Thread-safety: Build/Push may run concurrently for different storage_dir values; the
+// registry clients are shared under a mutex.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
 
 namespace kiln {
 
+class RegistryClient;
+
 class BuildahBuilder : public Builder {
  public:
   /// `runner` must outlive this object. `buildah` is the binary to run.
   explicit BuildahBuilder(ProcessRunner* runner, std::string buildah = "buildah");
+  ~BuildahBuilder() override;
 
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
@@ -32,14 +54,34 @@ class BuildahBuilder : public Builder {
   /// The WORKDIR values and FROM images named in a Containerfile (for diagnostics and keys).
   static void ScanContainerfile(const std::string& text, std::vector<std::string>* workdirs,
                                 std::vector<std::string>* froms);
+  /// The images a Containerfile pulls (FROM, COPY --from=, RUN --mount=...,from=), with
+  /// ARG/build-arg substitution ($X, ${X}, ${X:-default}); stage names, stage numbers and
+  /// `scratch` are left out. `args` are the build args (they override ARG defaults).
+  static std::vector<std::string> BaseImages(const std::string& text,
+                                             const std::map<std::string, std::string>& args);
+  /// `s` single-quoted for /bin/sh.
+  static std::string ShellQuote(const std::string& s);
+
+  /// Mount point of the per-build private tree inside the build's mount namespace.
+  static constexpr const char* kSandboxRoot = "/run/kiln-build";
 
  private:
-  std::vector<std::string> StorageArgs(const BuildJob& job) const;
-  std::map<std::string, std::string> Env(const BuildJob& job) const;
-  void RemoveWorkingContainers(const BuildJob& job);
+  struct BuildUser;
+  struct BaseLoad;
+  Status LookupUser(const std::string& name, BuildUser* user) const;
+  Status PrepareDirs(const BuildJob& job, const BuildUser& user);
+  Status PrepareBases(const BuildJob& job, const BuildUser& user, const std::string& containerfile,
+                      std::vector<BaseLoad>* loads, bool* agent_fault, const OutputFn& out,
+                      const CancelToken* cancel);
+  ProcessSpec SandboxSpec(const BuildJob& job, const BuildUser& user,
+                          const std::string& inner_script) const;
+  void RemoveWorkingContainers(const BuildJob& job, const BuildUser& user);
+  RegistryClient* Client(const RegistryConfig& reg);
 
   ProcessRunner* runner_;
   std::string buildah_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<RegistryClient>> clients_;  // guarded by mu_; by URL
 };
 
 }  // namespace kiln

@@ -14,7 +14,12 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
 
 #include "common/sha256.h"
 
@@ -161,85 +166,31 @@ class Collector {
   uint64_t total_ = 0;
 };
 
-// Streams tar bytes through SHA-256 (diff_id) and deflate (gzip) into `out`, hashing the
-// compressed bytes (digest) in the same pass.
-class TarGzStream {
+// Collects the tar stream in memory, hashing it (the diff_id) in the same pass.
+class TarBuffer {
  public:
-  explicit TarGzStream(std::string* out) : out_(out) { std::memset(&zs_, 0, sizeof(zs_)); }
-  ~TarGzStream() {
-    if (initialized_) deflateEnd(&zs_);
-  }
-
-  Status Init(int level) {
-    if (deflateInit2(&zs_, level, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-      return Status::Internal("deflateInit2 failed");
-    }
-    initialized_ = true;
-    std::memset(&header_, 0, sizeof(header_));
-    header_.time = 0;  // no mtime
-    header_.os = 255;  // "unknown": constant whatever the host
-    header_.name = Z_NULL;
-    header_.comment = Z_NULL;
-    header_.extra = Z_NULL;
-    if (deflateSetHeader(&zs_, &header_) != Z_OK)
-      return Status::Internal("deflateSetHeader failed");
-    buf_.reserve(kBufSize);
-    return Status::Ok();
-  }
-
+  explicit TarBuffer(std::string* out) : out_(out) {}
   Status Write(const char* data, size_t n) {
-    tar_sha_.Update(data, n);
-    while (n > 0) {
-      size_t take = std::min(n, kBufSize - buf_.size());
-      buf_.append(data, take);
-      data += take;
-      n -= take;
-      if (buf_.size() == kBufSize) {
-        Status s = Deflate(Z_NO_FLUSH);
-        if (!s.ok()) return s;
-      }
-    }
+    sha_.Update(data, n);
+    out_->append(data, n);
     return Status::Ok();
   }
   Status Write(const std::string& s) { return Write(s.data(), s.size()); }
-
-  Status Finish(std::string* diff_hex, std::string* digest_hex) {
-    Status s = Deflate(Z_FINISH);
+  // Appends `n` bytes read by `fill` directly into the buffer (no intermediate copy).
+  template <typename Fill>
+  Status WriteFrom(size_t n, Fill fill) {
+    size_t old = out_->size();
+    out_->resize(old + n);
+    Status s = fill(&(*out_)[old], n);
     if (!s.ok()) return s;
-    *diff_hex = tar_sha_.HexDigest();
-    *digest_hex = gz_sha_.HexDigest();
+    sha_.Update(out_->data() + old, n);
     return Status::Ok();
   }
+  std::string HexDigest() { return sha_.HexDigest(); }
 
  private:
-  Status Deflate(int flush) {
-    zs_.next_in = reinterpret_cast<Bytef*>(buf_.empty() ? nullptr : &buf_[0]);
-    zs_.avail_in = static_cast<uInt>(buf_.size());
-    char chunk[64 * 1024];
-    while (true) {
-      zs_.next_out = reinterpret_cast<Bytef*>(chunk);
-      zs_.avail_out = sizeof(chunk);
-      int rc = deflate(&zs_, flush);
-      if (rc == Z_STREAM_ERROR) return Status::Internal("deflate failed");
-      out_->append(chunk, sizeof(chunk) - zs_.avail_out);
-      gz_sha_.Update(chunk, sizeof(chunk) - zs_.avail_out);
-      if (flush == Z_FINISH) {
-        if (rc == Z_STREAM_END) break;
-      } else if (zs_.avail_in == 0 && zs_.avail_out != 0) {
-        break;
-      }
-    }
-    buf_.clear();
-    return Status::Ok();
-  }
-
   std::string* out_;
-  z_stream zs_;
-  gz_header header_;
-  bool initialized_ = false;
-  std::string buf_;
-  Sha256 tar_sha_;  // uncompressed stream
-  Sha256 gz_sha_;   // compressed stream
+  Sha256 sha_;
 };
 
 void PutOctal(char* field, size_t width, uint64_t value) {
@@ -298,7 +249,7 @@ std::string Padding(uint64_t size) {
   return rem == 0 ? std::string() : std::string(kBlock - rem, '\0');
 }
 
-Status WriteHeader(TarGzStream* tar, const std::string& name, char type, unsigned mode,
+Status WriteHeader(TarBuffer* tar, const std::string& name, char type, unsigned mode,
                    uint64_t size, const std::string& linkname) {
   if (name.size() > 100 || linkname.size() > 100) {
     std::string records;
@@ -312,7 +263,7 @@ Status WriteHeader(TarGzStream* tar, const std::string& name, char type, unsigne
   return tar->Write(HeaderBlock(name.substr(0, 100), type, mode, size, linkname.substr(0, 100)));
 }
 
-Status WriteFileData(TarGzStream* tar, const Node& n) {
+Status WriteFileData(TarBuffer* tar, const Node& n) {
   int fd = ::open(n.source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::Internal(Errno("open " + n.source));
   struct stat st;
@@ -321,34 +272,77 @@ Status WriteFileData(TarGzStream* tar, const Node& n) {
     ::close(fd);
     return Status::Internal("output changed while packing: " + n.source);
   }
-  std::string buf(1 << 20, '\0');
-  uint64_t left = n.size;
-  while (left > 0) {
-    ssize_t r = ::read(fd, &buf[0], static_cast<size_t>(std::min<uint64_t>(left, buf.size())));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      ::close(fd);
-      return r < 0 ? Status::Internal(Errno("read " + n.source))
-                   : Status::Internal("output changed while packing: " + n.source);
+  // One read of each file, straight into the tar buffer.
+  Status s = tar->WriteFrom(static_cast<size_t>(n.size), [&](char* dst, size_t len) -> Status {
+    size_t done = 0;
+    while (done < len) {
+      ssize_t r = ::read(fd, dst + done, len - done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Status::Internal(Errno("read " + n.source));
+      if (r == 0) return Status::Internal("output changed while packing: " + n.source);
+      done += static_cast<size_t>(r);
     }
-    Status s = tar->Write(buf.data(), static_cast<size_t>(r));
-    if (!s.ok()) {
-      ::close(fd);
-      return s;
-    }
-    left -= static_cast<uint64_t>(r);
-  }
+    return Status::Ok();
+  });
   ::close(fd);
+  if (!s.ok()) return s;
   return tar->Write(Padding(n.size));
+}
+
+// One chunk of the parallel deflate: raw deflate of tar[begin, end), primed with the 32 KiB
+// before `begin` as dictionary, ended with a sync flush (byte-aligned, not final) or, for the
+// last chunk, the final block.
+struct Chunk {
+  size_t begin = 0, end = 0;
+  std::string out;
+  uLong crc = 0;
+  Status status;
+  bool done = false;
+};
+
+void DeflateChunk(std::string_view tar, int level, bool last, Chunk* c) {
+  z_stream zs;
+  std::memset(&zs, 0, sizeof(zs));
+  if (deflateInit2(&zs, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    c->status = Status::Internal("deflateInit2 failed");
+    return;
+  }
+  constexpr size_t kWindow = 32 * 1024;
+  if (c->begin > 0) {
+    size_t from = c->begin > kWindow ? c->begin - kWindow : 0;
+    if (deflateSetDictionary(&zs, reinterpret_cast<const Bytef*>(tar.data() + from),
+                             static_cast<uInt>(c->begin - from)) != Z_OK) {
+      deflateEnd(&zs);
+      c->status = Status::Internal("deflateSetDictionary failed");
+      return;
+    }
+  }
+  const size_t len = c->end - c->begin;
+  c->out.resize(deflateBound(&zs, static_cast<uLong>(len)) + 64);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(tar.data() + c->begin));
+  zs.avail_in = static_cast<uInt>(len);
+  zs.next_out = reinterpret_cast<Bytef*>(&c->out[0]);
+  zs.avail_out = static_cast<uInt>(c->out.size());
+  int rc = deflate(&zs, last ? Z_FINISH : Z_SYNC_FLUSH);
+  bool ok = last ? rc == Z_STREAM_END : (rc == Z_OK && zs.avail_in == 0 && zs.avail_out > 0);
+  c->out.resize(c->out.size() - zs.avail_out);
+  deflateEnd(&zs);
+  if (!ok) {
+    c->status = Status::Internal("deflate failed");
+    return;
+  }
+  c->crc = crc32(0L, reinterpret_cast<const Bytef*>(tar.data() + c->begin), static_cast<uInt>(len));
+  c->status = Status::Ok();
+}
+
+void PutLe32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
 }  // namespace
 
-Status WriteLayer(const std::string& workspace, const std::vector<LayerEntry>& entries,
-                  int gzip_level, LayerBlob* out, const LayerLimits& limits) {
-  if (gzip_level < 0 || gzip_level > 9) {
-    return Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(gzip_level));
-  }
+Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>& entries,
+                    LayerTar* out, const LayerLimits& limits) {
   char resolved[PATH_MAX];
   if (::realpath(workspace.c_str(), resolved) == nullptr) {
     return Status::NotFound(Errno("workspace " + workspace));
@@ -385,10 +379,12 @@ Status WriteLayer(const std::string& workspace, const std::vector<LayerEntry>& e
     if (!s.ok()) return s;
   }
 
-  LayerBlob blob;
-  TarGzStream tar(&blob.data);
-  Status s = tar.Init(gzip_level);
-  if (!s.ok()) return s;
+  LayerTar result;
+  uint64_t reserve = 2 * kBlock;
+  for (const auto& [path, node] : collector.nodes()) reserve += 3 * kBlock + node.size;
+  result.data.reserve(static_cast<size_t>(reserve));
+  TarBuffer tar(&result.data);
+  Status s;
   for (const auto& [path, node] : collector.nodes()) {
     switch (node.kind) {
       case Kind::kDir:
@@ -405,14 +401,109 @@ Status WriteLayer(const std::string& workspace, const std::vector<LayerEntry>& e
     if (!s.ok()) return s;
   }
   s = tar.Write(std::string(2 * kBlock, '\0'));  // end-of-archive marker
-  std::string diff_hex, digest_hex;
-  if (s.ok()) s = tar.Finish(&diff_hex, &digest_hex);
   if (!s.ok()) return s;
-  blob.diff_id = "sha256:" + diff_hex;
-  blob.digest = "sha256:" + digest_hex;
+  result.diff_id = "sha256:" + tar.HexDigest();
+  *out = std::move(result);
+  return Status::Ok();
+}
+
+Status CompressLayer(std::string_view tar, const std::string& diff_id,
+                     const CompressOptions& opts, LayerBlob* out) {
+  if (opts.level < 0 || opts.level > 9) {
+    return Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(opts.level));
+  }
+  if (opts.chunk_bytes < 64 * 1024 || opts.chunk_bytes > (size_t{1} << 30)) {
+    return Status::InvalidArgument("chunk size must be 64 KiB..1 GiB");
+  }
+  const size_t n = tar.empty() ? 1 : (tar.size() + opts.chunk_bytes - 1) / opts.chunk_bytes;
+  std::vector<Chunk> chunks(n);
+  for (size_t i = 0; i < n; ++i) {
+    chunks[i].begin = i * opts.chunk_bytes;
+    chunks[i].end = std::min(tar.size(), (i + 1) * opts.chunk_bytes);
+  }
+  int threads = opts.threads;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::min(threads, 16)), n));
+
+  // Workers take chunks in order; this thread hashes and appends finished chunks in order, so
+  // compression, hashing and copying overlap.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  int running = threads;  // guarded by mu
+  auto work = [&] {
+    for (size_t i = next++; i < n && !failed; i = next++) {
+      Chunk& c = chunks[i];
+      DeflateChunk(tar, opts.level, i + 1 == n, &c);
+      if (!c.status.ok()) failed = true;
+      std::lock_guard<std::mutex> l(mu);
+      c.done = true;
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> l(mu);
+    --running;
+    cv.notify_all();
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+
+  LayerBlob blob;
+  // gzip header (RFC 1952): no name/comment/extra, mtime 0, XFL by level, OS 255 ("unknown").
+  const char xfl = opts.level == 9 ? 2 : (opts.level == 1 ? 4 : 0);
+  const char header[10] = {'\x1f', '\x8b', 8, 0, 0, 0, 0, 0, xfl, '\xff'};
+  size_t guess = tar.size() / 2 + 64;
+  blob.data.reserve(guess);
+  blob.data.append(header, sizeof(header));
+  Sha256 sha;
+  sha.Update(header, sizeof(header));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  Status st;
+  for (size_t i = 0; i < n; ++i) {
+    Chunk& c = chunks[i];
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return c.done || running == 0; });
+      if (!c.done) {
+        st = Status::Internal("deflate failed");
+        break;
+      }
+    }
+    if (!c.status.ok()) {
+      st = c.status;
+      break;
+    }
+    sha.Update(c.out.data(), c.out.size());
+    blob.data.append(c.out);
+    std::string().swap(c.out);
+    crc = crc32_combine(crc, c.crc, static_cast<z_off_t>(c.end - c.begin));
+  }
+  if (!st.ok()) failed = true;
+  for (auto& t : pool) t.join();
+  if (!st.ok()) return st;
+  std::string trailer;
+  PutLe32(&trailer, static_cast<uint32_t>(crc));
+  PutLe32(&trailer, static_cast<uint32_t>(tar.size() & 0xffffffffu));
+  sha.Update(trailer.data(), trailer.size());
+  blob.data += trailer;
+  blob.digest = "sha256:" + sha.HexDigest();
+  blob.diff_id = diff_id;
   blob.size = blob.data.size();
   *out = std::move(blob);
   return Status::Ok();
+}
+
+Status WriteLayer(const std::string& workspace, const std::vector<LayerEntry>& entries,
+                  int gzip_level, LayerBlob* out, const LayerLimits& limits) {
+  if (gzip_level < 0 || gzip_level > 9) {
+    return Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(gzip_level));
+  }
+  LayerTar tar;
+  Status s = PackLayerTar(workspace, entries, &tar, limits);
+  if (!s.ok()) return s;
+  CompressOptions opts;
+  opts.level = gzip_level;
+  return CompressLayer(tar.data, tar.diff_id, opts, out);
 }
 
 }  // namespace kiln

@@ -4,6 +4,17 @@
 // owner names, modes normalized to 0755/0644, entries in sorted byte order and a fixed gzip
 // header, so equal outputs always give equal digests.
 //
+// Two steps, so a caller can look the layer up by its uncompressed digest before paying for
+// compression: PackLayerTar reads each file once into an in-memory tar and hashes it in the
+// same pass (diff_id); CompressLayer deflates fixed-size chunks of it on several threads (each
+// chunk primed with the previous 32 KiB as dictionary and ended with a sync flush, as pigz
+// does) into ONE gzip member, hashing the compressed bytes in order as chunks finish. The chunk
+// size (not the thread count) fixes the bytes, so any machine gives the same digest.
+//
+// Ownership: the functions own nothing beyond their call; results are returned by value.
+// Thread-safety: pure functions (no shared state); CompressLayer starts and joins its own
+// worker threads. Memory: the tar and the compressed blob are both held in memory.
+//
 // The outputs are agent-controlled, so every path is checked: `from` must be a normalized
 // relative path that resolves (through symlinks) inside the workspace, `to` a normalized
 // absolute path; device files, FIFOs and sockets are refused; sizes and entry counts are
@@ -13,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -47,7 +59,37 @@ struct LayerLimits {
   size_t max_entries = 100000;
 };
 
-/// Packs `entries` from `workspace` into a layer, gzip `gzip_level` (1..9; 1 = fastest).
+/// An uncompressed layer.
+struct LayerTar {
+  /// The tar bytes.
+  std::string data;
+  /// "sha256:<hex>" of `data`.
+  std::string diff_id;
+};
+
+/// How CompressLayer compresses.
+struct CompressOptions {
+  /// gzip level 0..9 (1 = fastest).
+  int level = 1;
+  /// Worker threads; 0 = one per hardware thread (at most 16). Does not change the bytes.
+  int threads = 0;
+  /// Input bytes per independently deflated chunk (64 KiB..1 GiB). Changes the bytes: keep it
+  /// fixed so equal outputs give equal digests everywhere.
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+/// Packs `entries` from `workspace` into an uncompressed tar (each file read once) and its
+/// diff_id. Errors as WriteLayer. `out` is only written on success.
+Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>& entries,
+                    LayerTar* out, const LayerLimits& limits = LayerLimits());
+
+/// Compresses `tar` (whose sha256 is `diff_id`, copied into out->diff_id) into one gzip member
+/// with the fixed header, in parallel. InvalidArgument for a bad level or chunk size, Internal
+/// for zlib failures. `out` is only written on success.
+Status CompressLayer(std::string_view tar, const std::string& diff_id,
+                     const CompressOptions& opts, LayerBlob* out);
+
+/// PackLayerTar + CompressLayer (default threads and chunk size), gzip `gzip_level` (0..9).
 /// Returns InvalidArgument for a hostile or malformed path (absolute or `..` `from`, a `from`
 /// escaping the workspace through symlinks, a relative or non-normalized `to`, two entries
 /// mapping different things to one image path), for device files, FIFOs and sockets, and when

@@ -301,5 +301,104 @@ TEST(LayerWriterTest, SymlinkedFromInsideWorkspaceIsPackedAsContent) {
   EXPECT_EQ(a.digest, b.digest);
 }
 
+// A workspace with a few MiB of output: a compressible part and a pseudo-random part, so the
+// layer spans several compression chunks.
+void PopulateBig(const std::string& ws, size_t mib) {
+  std::string data;
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i < mib * (1u << 20); ++i) {
+    if ((i / 4096) % 2 == 0) {
+      data.push_back(static_cast<char>('a' + (i % 7)));
+    } else {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      data.push_back(static_cast<char>(x & 0xff));
+    }
+  }
+  WriteFile(ws + "/out/app", data, 0755);
+  WriteFile(ws + "/out/small.txt", "small\n");
+}
+
+TEST(LayerWriterTest, ParallelCompressionIsOneDeterministicGzipMember) {
+  TempDir ws;
+  PopulateBig(ws.path(), 5);
+  LayerTar tar;
+  ASSERT_TRUE(PackLayerTar(ws.path(), {{"out", "/app"}}, &tar).ok());
+  EXPECT_EQ(tar.diff_id, "sha256:" + Sha256Hex(tar.data));
+  EXPECT_EQ(tar.data.size() % 512, 0u);
+  ASSERT_GT(tar.data.size(), size_t{5} << 20);
+
+  // The bytes do not depend on the number of threads.
+  LayerBlob one, two, many;
+  CompressOptions o;
+  o.threads = 1;
+  ASSERT_TRUE(CompressLayer(tar.data, tar.diff_id, o, &one).ok());
+  o.threads = 2;
+  ASSERT_TRUE(CompressLayer(tar.data, tar.diff_id, o, &two).ok());
+  o.threads = 7;
+  ASSERT_TRUE(CompressLayer(tar.data, tar.diff_id, o, &many).ok());
+  EXPECT_EQ(one.data, two.data);
+  EXPECT_EQ(one.data, many.data);
+  EXPECT_EQ(one.digest, "sha256:" + Sha256Hex(one.data));
+  EXPECT_EQ(one.size, one.data.size());
+  EXPECT_EQ(one.diff_id, tar.diff_id);
+  EXPECT_LT(one.size, tar.data.size());
+
+  // WriteLayer is PackLayerTar + CompressLayer.
+  LayerBlob whole = MustWrite(ws.path(), {{"out", "/app"}});
+  EXPECT_EQ(whole.digest, one.digest);
+
+  // Re-read from disk: gunzip gives back exactly the tar (diff_id), the file hashes to the digest,
+  // and Python's zlib sees ONE gzip member with nothing after it, whose ISIZE is the tar length.
+  TempDir out;
+  WriteFile(out.path() + "/l.tgz", one.data);
+  EXPECT_EQ("sha256:" + Shell("sha256sum '" + out.path() + "/l.tgz'").substr(0, 64), one.digest);
+  int rc = -1;
+  std::string gun = Shell("gunzip -c '" + out.path() + "/l.tgz' | sha256sum", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ("sha256:" + gun.substr(0, 64), tar.diff_id);
+  std::string py = Shell(
+      "python3 -c \"import zlib,sys; b=open(sys.argv[1],'rb').read(); d=zlib.decompressobj(31); "
+      "t=d.decompress(b); print(d.eof, len(d.unused_data), len(t), int.from_bytes(b[-4:],'little'))\" '" +
+          out.path() + "/l.tgz'",
+      &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(py, "True 0 " + std::to_string(tar.data.size()) + " " + std::to_string(tar.data.size()) + "\n");
+  std::string listing = Shell("tar tzvf '" + out.path() + "/l.tgz'", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(listing.find("app/app"), std::string::npos) << listing;
+  EXPECT_NE(listing.find(std::to_string(size_t{5} << 20)), std::string::npos) << listing;
+
+  // The chunk size changes the compressed bytes (so it is fixed), never the tar.
+  LayerBlob other;
+  o.chunk_bytes = 256 * 1024;
+  ASSERT_TRUE(CompressLayer(tar.data, tar.diff_id, o, &other).ok());
+  EXPECT_NE(other.digest, one.digest);
+  WriteFile(out.path() + "/o.tgz", other.data);
+  gun = Shell("gunzip -c '" + out.path() + "/o.tgz' | sha256sum", &rc);
+  EXPECT_EQ("sha256:" + gun.substr(0, 64), tar.diff_id);
+}
+
+TEST(LayerWriterTest, CompressOptionsAreChecked) {
+  LayerBlob blob;
+  blob.digest = "untouched";
+  CompressOptions o;
+  o.level = 10;
+  EXPECT_EQ(CompressLayer("x", "sha256:x", o, &blob).code(), Status::Code::kInvalidArgument);
+  o.level = 1;
+  o.chunk_bytes = 1000;
+  EXPECT_EQ(CompressLayer("x", "sha256:x", o, &blob).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(blob.digest, "untouched");
+  // Level 0 (stored) still gives a valid gzip.
+  o.level = 0;
+  o.chunk_bytes = 64 * 1024;
+  std::string tar(200 * 1024, 'z');
+  ASSERT_TRUE(CompressLayer(tar, "sha256:" + Sha256Hex(tar), o, &blob).ok());
+  TempDir out;
+  WriteFile(out.path() + "/l.gz", blob.data);
+  EXPECT_EQ(Shell("gunzip -c '" + out.path() + "/l.gz' | wc -c"), std::to_string(tar.size()) + "\n");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,10 +1,17 @@
 #include "builder/layered_builder.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <future>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "builder/layer_writer.h"
+#include "builder/oci_image.h"
+#include "builder/outputs_cache.h"
 #include "builder/registry_client.h"
 #include "builder/sandbox_command.h"
 #include "common/sha256.h"
@@ -12,18 +19,10 @@
 namespace kiln {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
 namespace {
-constexpr char kOciConfigType[] = "application/vnd.oci.image.config.v1+json";
-constexpr char kOciLayerGzip[] = "application/vnd.oci.image.layer.v1.tar+gzip";
-
-std::string Digest(const std::string& data) { return "sha256:" + Sha256Hex(data); }
-
-// Docker schema2 layer/config media types map onto their OCI equivalents (same bytes).
-std::string OciLayerType(const std::string& t) {
-  if (t == "application/vnd.docker.image.rootfs.diff.tar.gzip") return kOciLayerGzip;
-  if (t == "application/vnd.docker.image.rootfs.diff.tar") return "application/vnd.oci.image.layer.v1.tar";
-  return t;
+using Clock = std::chrono::steady_clock;
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 }  // namespace
 
@@ -35,15 +34,29 @@ struct LayeredBuilder::Base {
 
 struct LayeredBuilder::Prepared {
   std::string base_repo;
-  std::vector<std::pair<std::string, size_t>> base_layers;  // digest, size (already in base repo)
   LayerBlob layer;
-  std::string config;      // JSON bytes
-  std::string config_digest;
-  std::string manifest;    // JSON bytes
+  OciImage image;
 };
 
-LayeredBuilder::LayeredBuilder(ProcessRunner* runner) : runner_(runner) {}
-LayeredBuilder::~LayeredBuilder() = default;
+LayeredBuilder::LayeredBuilder(ProcessRunner* runner, LayeredBuilderOptions opts)
+    : runner_(runner), opts_(opts) {}
+
+LayeredBuilder::~LayeredBuilder() {
+  std::vector<std::future<void>> pending;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending.swap(background_);
+  }
+  for (auto& f : pending) f.wait();
+}
+
+OutputsCache* LayeredBuilder::Cache(const std::string& cache_dir) {
+  if (opts_.outputs_cache_bytes == 0 || cache_dir.empty()) return nullptr;
+  std::lock_guard<std::mutex> l(mu_);
+  auto& c = caches_[cache_dir];
+  if (!c) c = std::make_unique<OutputsCache>(cache_dir + "/outputs", opts_.outputs_cache_bytes);
+  return c.get();
+}
 
 Status LayeredBuilder::ParseBaseRef(const std::string& ref, std::string* host, std::string* repo,
                                     std::string* digest) {
@@ -115,21 +128,27 @@ Status LayeredBuilder::ResolveBase(const RegistryConfig& reg, const std::string&
 
 BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) {
   BuildResult res;
-  auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  };
+  const auto t0 = Clock::now();
   if (!job.build.layered) {
     res.status = Status::InvalidArgument("domain has no build.layered section");
     return res;
   }
   const LayeredBuild& lb = *job.build.layered;
-  std::shared_ptr<const Base> base;
-  Status st = ResolveBase(job.registry, lb.base_image, &base);
-  if (!st.ok()) {
-    res.status = st;
-    return res;
-  }
+  // The base image (two small GETs, once per process) resolves while the compile runs.
+  auto resolved = std::make_shared<std::pair<Status, std::shared_ptr<const Base>>>();
+  std::future<void> base_future =
+      std::async(std::launch::async, [this, resolved, reg = job.registry, ref = lb.base_image] {
+        resolved->first = ResolveBase(reg, ref, &resolved->second);
+      });
+  auto park_base = [&] {  // the build ends early: never keep its caller waiting on the registry
+    std::lock_guard<std::mutex> l(mu_);
+    background_.erase(std::remove_if(background_.begin(), background_.end(),
+                                     [](const std::future<void>& f) {
+                                       return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+                                     }),
+                      background_.end());
+    background_.push_back(std::move(base_future));
+  };
   // 1. The compile command, sandboxed.
   SandboxSpec sb;
   sb.workspace = job.source_dir;
@@ -143,8 +162,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     sb.caches[var] = dir;
   }
   sb.network = job.build.containerfile.network;
-  st = ValidateSandboxSpec(sb);
+  Status st = ValidateSandboxSpec(sb);
   if (!st.ok()) {
+    park_base();
     res.status = st;
     return res;
   }
@@ -154,70 +174,92 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
   if (out) out("kiln: layered build: " + [&] { std::string s; for (auto& a : lb.command) s += a + " "; return s; }() + "\n");
   ProcessResult r = runner_->Run(spec, out, cancel);
+  const int64_t sandbox_ms = MsSince(t0);
   if (!r.start_status.ok()) {
+    park_base();
     res.status = Status::Unavailable("cannot run the sandbox: " + r.start_status.message());
     return res;
   }
   if (r.cancelled || r.timed_out) {
+    park_base();
     res.status = r.cancelled ? Status::Cancelled("build cancelled")
                              : Status::DeadlineExceeded("build timed out after " + std::to_string(job.build.timeout_s) + " s");
     return res;
   }
   if (r.exit_code != 0) {
+    park_base();
     DiagnosticsOptions dopts;
     dopts.source_roots = {"/workspace/"};
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     res.compile_failed = true;
     res.status = Status::FailedPrecondition("build command failed (exit " + std::to_string(r.exit_code) + ")");
-    res.elapsed_ms = elapsed();
+    res.elapsed_ms = MsSince(t0);
     return res;
   }
-  // 2. The outputs as one layer.
+  // 2. The outputs as one layer: tar + diff_id in one read of the files; the compressed blob
+  // comes from the outputs cache when these exact outputs were packed before.
   auto prep = std::make_shared<Prepared>();
+  const auto t1 = Clock::now();
   std::vector<LayerEntry> entries;
   for (const auto& o : lb.outputs) entries.push_back({o.from, o.to});
-  st = WriteLayer(job.source_dir, entries, 1, &prep->layer);
+  LayerTar tar;
+  st = PackLayerTar(job.source_dir, entries, &tar);
   if (!st.ok()) {
+    park_base();
     res.status = Status::FailedPrecondition("outputs: " + st.message());
     res.compile_failed = true;
     return res;
   }
-  // 3. Config and manifest.
-  json cfg = base->config;
-  json& c = cfg["config"];
-  if (!c.is_object()) c = json::object();
-  if (!lb.entrypoint.empty()) {
-    c["Entrypoint"] = lb.entrypoint;
-    c.erase("Cmd");
+  const int64_t tar_ms = MsSince(t1);
+  const auto t2 = Clock::now();
+  OutputsCache* cache = Cache(job.cache_dir);
+  const bool hit = cache && cache->Lookup(tar.diff_id, &prep->layer);
+  if (!hit) {
+    CompressOptions copts;
+    copts.level = opts_.gzip_level;
+    copts.threads = opts_.compress_threads;
+    st = CompressLayer(tar.data, tar.diff_id, copts, &prep->layer);
+    if (!st.ok()) {
+      park_base();
+      res.status = st;
+      return res;
+    }
   }
-  c["Labels"] = c.value("Labels", json::object());
-  if (!c["Labels"].is_object()) c["Labels"] = json::object();
-  c["Labels"]["kiln.build-key"] = job.key;
-  c["Labels"]["kiln.candidate"] = job.candidate;
-  if (!job.commit.empty()) c["Labels"]["kiln.commit"] = job.commit;
-  cfg["created"] = "1970-01-01T00:00:00Z";
-  if (!cfg["rootfs"].is_object()) cfg["rootfs"] = {{"type", "layers"}, {"diff_ids", json::array()}};
-  cfg["rootfs"]["diff_ids"].push_back(prep->layer.diff_id);
-  if (cfg.contains("history") && cfg["history"].is_array())
-    cfg["history"].push_back({{"created", "1970-01-01T00:00:00Z"}, {"created_by", "kiln layered build"}});
-  prep->config = cfg.dump();
-  prep->config_digest = Digest(prep->config);
-  json layers = json::array();
-  for (const auto& l : base->manifest["layers"]) {
-    prep->base_layers.emplace_back(l.value("digest", ""), l.value("size", size_t{0}));
-    layers.push_back({{"mediaType", OciLayerType(l.value("mediaType", kOciLayerGzip))},
-                      {"digest", l.value("digest", "")},
-                      {"size", l.value("size", size_t{0})}});
+  std::string().swap(tar.data);
+  const int64_t gzip_ms = MsSince(t2);
+  // 3. Config and manifest on the base.
+  base_future.get();
+  const Status base_st = resolved->first;
+  const std::shared_ptr<const Base> base = resolved->second;
+  if (!base_st.ok()) {
+    res.status = base_st;
+    return res;
   }
-  layers.push_back({{"mediaType", kOciLayerGzip}, {"digest", prep->layer.digest}, {"size", prep->layer.size}});
-  json manifest = {{"schemaVersion", 2},
-                   {"mediaType", kOciManifestType},
-                   {"config", {{"mediaType", kOciConfigType}, {"digest", prep->config_digest}, {"size", prep->config.size()}}},
-                   {"layers", layers}};
-  prep->manifest = manifest.dump();
+  OciImageSpec ispec;
+  ispec.layer = {kOciLayerTarGzip, prep->layer.digest, prep->layer.size};
+  ispec.layer_diff_id = prep->layer.diff_id;
+  ispec.entrypoint = lb.entrypoint;
+  ispec.labels["kiln.candidate"] = job.candidate;
+  if (!job.key.empty()) ispec.annotations["io.kiln.build-key"] = job.key;
+  if (!job.commit.empty()) ispec.annotations["org.opencontainers.image.revision"] = job.commit;
+  st = MakeOciImage(base->manifest, base->config, ispec, &prep->image);
+  if (!st.ok()) {
+    res.status = Status::Internal("base image " + lb.base_image + ": " + st.message());
+    return res;
+  }
   prep->base_repo = base->repo;
-  res.image_id = Sha256Hex(prep->manifest);
-  if (out) out("kiln: layer " + prep->layer.digest + " (" + std::to_string(prep->layer.size) + " bytes)\n");
+  res.image_id = prep->image.manifest_digest.substr(7);
+  if (out) {
+    out("kiln: layer " + prep->layer.digest + " (" + std::to_string(prep->layer.size) + " bytes" +
+        (hit ? ", from the outputs cache" : "") + ")\n");
+    out("kiln: timings: sandbox " + std::to_string(sandbox_ms) + " ms, tar " + std::to_string(tar_ms) +
+        " ms, " + (hit ? "cache lookup " : "gzip ") + std::to_string(gzip_ms) + " ms\n");
+  }
+  // Store after reporting: the blob is already in memory, the file only speeds later builds.
+  if (cache && !hit) {
+    Status cs = cache->Store(prep->layer);
+    if (!cs.ok() && out) out("kiln: outputs cache: " + cs.message() + "\n");
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     // Keyed by the candidate's storage: a candidate runs one build at a time, so a newer build
@@ -225,14 +267,14 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     prepared_[job.storage_dir] = {res.image_id, prep};
   }
   res.status = Status::Ok();
-  res.elapsed_ms = elapsed();
+  res.elapsed_ms = MsSince(t0);
   return res;
 }
 
 PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                                 const CancelToken* cancel) {
   PushResult res;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   std::shared_ptr<const Prepared> prep;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -248,36 +290,73 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
   }
   RegistryClient* c = Client(job.registry);
   const std::string& repo = job.repository;
+  std::mutex out_mu;
+  auto say = [&](const std::string& line) {
+    if (!out) return;
+    std::lock_guard<std::mutex> l(out_mu);
+    out(line);
+  };
+  std::atomic<int> uploads{0};
+  // One blob: HEAD, then (base layers) a cross-repository mount, then an upload if still missing.
   auto ensure = [&](const std::string& digest, const std::string* data) -> Status {
     if (cancel && cancel->cancelled()) return Status::Cancelled("push cancelled");
     bool exists = false;
     Status st = c->BlobExists(repo, digest, &exists);
     if (!st.ok() || exists) return st;
-    if (!data) {  // a base layer: mount it from the base repository
+    if (!data) {
       bool mounted = false;
       st = c->MountBlob(repo, digest, prep->base_repo, &mounted);
-      if (!st.ok()) return st;
-      if (mounted) return Status::Ok();
+      if (!st.ok() || mounted) return st;
       std::string blob;
       st = c->GetBlob(prep->base_repo, digest, &blob);
       if (!st.ok()) return st;
+      ++uploads;
       return c->PutBlob(repo, digest, blob);
     }
-    if (out) out("kiln: uploading " + digest + "\n");
+    say("kiln: uploading " + digest + "\n");
+    ++uploads;
     return c->PutBlob(repo, digest, *data);
   };
+  // Every blob concurrently (the client is thread-safe), and what the tag points at now.
+  std::vector<std::future<Status>> blobs;
+  for (const auto& d : prep->image.base_layers)
+    blobs.push_back(std::async(std::launch::async, ensure, d.digest, nullptr));
+  blobs.push_back(std::async(std::launch::async, ensure, prep->layer.digest, &prep->layer.data));
+  blobs.push_back(std::async(std::launch::async, ensure, prep->image.config_desc.digest, &prep->image.config));
+  auto current = std::async(std::launch::async, [&] {
+    std::string body, type, digest;
+    Status st = c->GetManifest(repo, job.tag, &body, &type, &digest);
+    return st.ok() ? digest : std::string();
+  });
   Status st;
-  for (const auto& [d, size] : prep->base_layers)
-    if (!(st = ensure(d, nullptr)).ok()) break;
-  if (st.ok()) st = ensure(prep->layer.digest, &prep->layer.data);
-  if (st.ok()) st = ensure(prep->config_digest, &prep->config);
+  for (auto& f : blobs) {
+    Status s = f.get();
+    if (st.ok() && !s.ok()) st = s;
+  }
+  const std::string tag_digest = current.get();
+  const std::string& want = prep->image.manifest_digest;
+  // The manifest last, and only when every blob is there: a failed push never moves the tag.
   std::string digest;
-  if (st.ok()) st = c->PutManifest(repo, job.tag, kOciManifestType, prep->manifest, &digest);
-  res.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  bool manifest_put = false;
+  if (st.ok() && cancel && cancel->cancelled()) st = Status::Cancelled("push cancelled");
+  if (st.ok()) {
+    if (tag_digest == want) {
+      digest = want;
+      say("kiln: " + job.tag + " already points at " + want + ": nothing to push\n");
+    } else {
+      st = c->PutManifest(repo, job.tag, kOciManifestType, prep->image.manifest, &digest);
+      manifest_put = true;
+      if (st.ok() && digest != want)
+        st = Status::Internal("registry stored the manifest as " + digest + ", expected " + want);
+    }
+  }
+  res.elapsed_ms = MsSince(t0);
   if (!st.ok()) {
     res.status = st;
     return res;
   }
+  say("kiln: push: " + std::to_string(uploads.load()) + " blob upload(s), manifest " +
+      (manifest_put ? "put" : "unchanged") + ", " + std::to_string(res.elapsed_ms) + " ms\n");
   res.digest = digest;
   res.ref = c->host() + "/" + repo + "@" + digest;
   res.status = Status::Ok();

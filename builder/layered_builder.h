@@ -5,18 +5,31 @@
 // else of the host: no credentials, no other candidate, no state directory), packs the declared
 // `outputs` into one deterministic tar+gzip layer, and prepares an OCI image: the pinned base
 // image's layers + the new layer, the base config with the entrypoint and kiln's labels.
-// Push: uploads only the blobs the registry lacks (cross-repository mount of base layers where
-// the registry allows), the manifest last, under the candidate's tag.
+// The base image resolves concurrently with the compile. The layer's compressed blob comes from
+// the domain's OutputsCache (`<cache_dir>/outputs`, keyed by diff_id, LRU-bounded) when the
+// same outputs were packed before; otherwise it is compressed on several threads. The config
+// holds nothing per build (build key and commit are manifest annotations), so the same outputs
+// give the same config blob.
+// Push: HEADs (and mounts or uploads) every blob concurrently while reading the tag's current
+// manifest digest; the manifest goes last, only when every blob is there, and is skipped when
+// the tag already points at the same digest. A failed push never moves the tag.
 //
-// Thread-safety: Build/Push may run concurrently for different builds. Base manifests/configs
-// are fetched once per process and cached (they are addressed by digest).
+// Ownership: owns its registry clients (one per registry url), the cached base images, the
+// outputs caches (one per domain cache dir) and at most one prepared image per candidate;
+// `runner` is borrowed. The destructor waits for background base lookups.
+// Thread-safety: Build/Push may run concurrently for different builds (one at a time per
+// storage_dir, as Builder requires); all shared maps are guarded by `mu_`. Base
+// manifests/configs are fetched once per process and cached (they are addressed by digest).
 #pragma once
 
+#include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
@@ -24,11 +37,21 @@
 namespace kiln {
 
 class RegistryClient;
+class OutputsCache;
+
+struct LayeredBuilderOptions {
+  /// Size bound of each domain's outputs cache; 0 disables it.
+  uint64_t outputs_cache_bytes = uint64_t{1} << 30;
+  /// gzip level of new layers (1 = fastest; the output is still deterministic).
+  int gzip_level = 1;
+  /// Compression threads; 0 = one per hardware thread.
+  int compress_threads = 0;
+};
 
 class LayeredBuilder : public Builder {
  public:
   /// `runner` must outlive this object.
-  explicit LayeredBuilder(ProcessRunner* runner);
+  explicit LayeredBuilder(ProcessRunner* runner, LayeredBuilderOptions opts = {});
   ~LayeredBuilder() override;
 
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
@@ -44,11 +67,15 @@ class LayeredBuilder : public Builder {
   struct Prepared;
   struct Base;
   RegistryClient* Client(const RegistryConfig& reg);
+  OutputsCache* Cache(const std::string& cache_dir);
   Status ResolveBase(const RegistryConfig& reg, const std::string& base_ref,
                      std::shared_ptr<const Base>* out);
 
   ProcessRunner* runner_;
+  const LayeredBuilderOptions opts_;
   std::mutex mu_;
+  std::map<std::string, std::unique_ptr<OutputsCache>> caches_;      // by domain cache dir
+  std::vector<std::future<void>> background_;                        // base lookups of failed builds
   std::map<std::string, std::unique_ptr<RegistryClient>> clients_;   // by registry url
   std::map<std::string, std::shared_ptr<const Base>> bases_;         // by base ref
   // storage_dir -> (image id, prepared image): at most one unpushed image per candidate.

@@ -1,18 +1,10 @@
 #include "builder/registry_client.h"
 
 #include <openssl/evp.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,21 +17,7 @@
 
 namespace kiln {
 
-namespace net = boost::asio;
-namespace ssl = boost::asio::ssl;
-namespace beast = boost::beast;
 namespace http = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
-
-struct RegistryClient::Origin {
-  bool tls = false;
-  std::string host;
-  std::string port;
-  std::string HostPort() const { return host + ":" + port; }
-  bool operator==(const Origin& o) const {
-    return tls == o.tls && host == o.host && port == o.port;
-  }
-};
 
 struct RegistryClient::Request {
   http::verb method = http::verb::get;
@@ -50,78 +28,12 @@ struct RegistryClient::Request {
   size_t body_limit = 1 << 20;
 };
 
-struct RegistryClient::Response {
-  int status = 0;
-  std::map<std::string, std::string> headers;  // lowercased names
-  std::string body;
-  std::string Header(const std::string& name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? std::string() : it->second;
-  }
-};
+struct RegistryClient::Response : HttpClientResponse {};
 
 namespace {
 
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxTokenBody = 1 << 20;
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Parses "http(s)://host[:port][/path...]"; *rest gets the path+query ("" when none).
-bool ParseUrl(const std::string& url, RegistryClient::Origin* o, std::string* rest) {
-  std::string u = url;
-  if (u.rfind("https://", 0) == 0) {
-    o->tls = true;
-    u = u.substr(8);
-  } else if (u.rfind("http://", 0) == 0) {
-    o->tls = false;
-    u = u.substr(7);
-  } else {
-    return false;
-  }
-  size_t slash = u.find_first_of("/?");
-  std::string authority = u.substr(0, slash);
-  *rest = slash == std::string::npos ? "" : u.substr(slash);
-  if (authority.empty() || authority.find('@') != std::string::npos) return false;
-  size_t colon = authority.rfind(':');
-  if (authority[0] == '[') {  // IPv6 literal
-    size_t close = authority.find(']');
-    if (close == std::string::npos) return false;
-    o->host = authority.substr(1, close - 1);
-    if (close + 1 < authority.size()) {
-      if (authority[close + 1] != ':') return false;
-      o->port = authority.substr(close + 2);
-    }
-  } else if (colon != std::string::npos) {
-    o->host = authority.substr(0, colon);
-    o->port = authority.substr(colon + 1);
-  } else {
-    o->host = authority;
-  }
-  if (o->port.empty()) o->port = o->tls ? "443" : "80";
-  if (o->host.empty() || o->port.size() > 5 ||
-      !std::all_of(o->port.begin(), o->port.end(), ::isdigit))
-    return false;
-  return true;
-}
-
-std::string UrlEncode(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string r;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      r.push_back(static_cast<char>(c));
-    } else {
-      r.push_back('%');
-      r.push_back(hex[c >> 4]);
-      r.push_back(hex[c & 15]);
-    }
-  }
-  return r;
-}
 
 std::string Base64(const std::string& s) {
   std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
@@ -158,104 +70,6 @@ bool ValidTag(const std::string& t) {
   return true;
 }
 
-std::string LowerMessage(const beast::error_code& ec) {
-  std::string m = ec.message();
-  if (!m.empty()) m[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(m[0])));
-  return m;
-}
-
-bool IsIpLiteral(const std::string& host) {
-  boost::system::error_code ec;
-  net::ip::make_address(host, ec);
-  return !ec;
-}
-
-// Runs one async operation on `ioc` to completion; returns its error code.
-template <class Start>
-beast::error_code RunOp(net::io_context& ioc, Start&& start) {
-  beast::error_code result = net::error::operation_aborted;
-  start([&result](beast::error_code ec, auto&&...) { result = ec; });
-  ioc.restart();
-  ioc.run();
-  return result;
-}
-
-enum class Failure { kNone, kConnect, kTls, kIo, kBodyLimit };
-
-struct Exchange {
-  Failure failure = Failure::kNone;
-  std::string detail;
-};
-
-template <class Stream>
-Exchange WriteRead(net::io_context& ioc, Stream& stream, beast::tcp_stream& lowest,
-                   http::request<http::string_body>& req, size_t limit,
-                   std::chrono::milliseconds timeout, RegistryClient::Response* out) {
-  lowest.expires_after(timeout);
-  beast::error_code ec = RunOp(ioc, [&](auto h) { http::async_write(stream, req, h); });
-  if (ec) return {Failure::kIo, LowerMessage(ec)};
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(limit);
-  if (req.method() == http::verb::head) parser.skip(true);
-  lowest.expires_after(timeout);
-  ec = RunOp(ioc, [&](auto h) { http::async_read(stream, buffer, parser, h); });
-  if (ec == http::error::body_limit) return {Failure::kBodyLimit, "response body too large"};
-  if (ec) return {Failure::kIo, LowerMessage(ec)};
-  auto& res = parser.get();
-  out->status = static_cast<int>(res.result_int());
-  for (const auto& f : res) {
-    out->headers[Lower(std::string(f.name_string()))] = std::string(f.value());
-  }
-  out->body = std::move(res.body());
-  return {};
-}
-
-// One HTTP(S) exchange over a fresh connection.
-Exchange RoundTrip(const RegistryClient::Origin& o, ssl::context* ctx,
-                   http::request<http::string_body>& req, size_t limit,
-                   std::chrono::milliseconds timeout, RegistryClient::Response* out) {
-  net::io_context ioc;
-  tcp::resolver resolver(ioc);
-  beast::error_code ec;
-  auto endpoints = resolver.resolve(o.host, o.port, ec);
-  if (ec) return {Failure::kConnect, LowerMessage(ec)};
-  if (!o.tls) {
-    beast::tcp_stream stream(ioc);
-    stream.expires_after(timeout);
-    ec = RunOp(ioc, [&](auto h) { stream.async_connect(endpoints, h); });
-    if (ec) return {Failure::kConnect, LowerMessage(ec)};
-    Exchange x = WriteRead(ioc, stream, stream, req, limit, timeout, out);
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    return x;
-  }
-  if (!ctx) return {Failure::kTls, "TLS is not configured"};
-  beast::ssl_stream<beast::tcp_stream> stream(ioc, *ctx);
-  SSL* ssl_handle = stream.native_handle();
-  if (IsIpLiteral(o.host)) {
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_handle), o.host.c_str());
-  } else {
-    SSL_set_tlsext_host_name(ssl_handle, o.host.c_str());
-    SSL_set1_host(ssl_handle, o.host.c_str());
-  }
-  stream.set_verify_mode(ssl::verify_peer);
-  auto& lowest = beast::get_lowest_layer(stream);
-  lowest.expires_after(timeout);
-  ec = RunOp(ioc, [&](auto h) { lowest.async_connect(endpoints, h); });
-  if (ec) return {Failure::kConnect, LowerMessage(ec)};
-  lowest.expires_after(timeout);
-  ec = RunOp(ioc, [&](auto h) { stream.async_handshake(ssl::stream_base::client, h); });
-  if (ec) {
-    std::string detail = LowerMessage(ec);
-    long v = SSL_get_verify_result(ssl_handle);
-    if (v != X509_V_OK) detail += " (" + std::string(X509_verify_cert_error_string(v)) + ")";
-    return {Failure::kTls, detail};
-  }
-  Exchange x = WriteRead(ioc, stream, lowest, req, limit, timeout, out);
-  lowest.socket().shutdown(tcp::socket::shutdown_both, ec);
-  return x;
-}
-
 std::string ScopeFor(const std::string& repo, bool push) {
   return "repository:" + repo + (push ? ":pull,push" : ":pull");
 }
@@ -287,7 +101,7 @@ std::string RegistryErrorText(const std::string& body) {
 RegistryClient::RegistryClient(RegistryEndpoint ep, RegistryClientOptions opts)
     : opts_(opts), origin_(std::make_unique<Origin>()) {
   std::string rest;
-  if (!ParseUrl(ep.url, origin_.get(), &rest) || (!rest.empty() && rest != "/")) {
+  if (!ParseHttpUrl(ep.url, origin_.get(), &rest) || (!rest.empty() && rest != "/")) {
     init_status_ =
         Status::InvalidArgument("registry url '" + ep.url + "' is not http(s)://host[:port]");
     return;
@@ -331,25 +145,17 @@ RegistryClient::RegistryClient(RegistryEndpoint ep, RegistryClientOptions opts)
     }
   }
   if (origin_->tls) {
-    auto* ctx = new ssl::context(ssl::context::tls_client);
-    ssl_ctx_ = ctx;
-    boost::system::error_code ec;
-    if (ep.ca_file) {
-      ctx->load_verify_file(*ep.ca_file, ec);
-      if (ec) {
-        init_status_ =
-            Status::FailedPrecondition("registry " + hostport_ + ": cannot load CA file " +
-                                       *ep.ca_file + ": " + LowerMessage(ec));
-        return;
-      }
-    } else {
-      ctx->set_default_verify_paths(ec);
+    TlsOptions tls;
+    tls.ca_file = ep.ca_file;
+    Status st = TlsContext::Create(tls, &tls_);
+    if (!st.ok()) {
+      init_status_ = Status::FailedPrecondition("registry " + hostport_ + ": " + st.message());
+      return;
     }
-    ctx->set_verify_mode(ssl::verify_peer);
   }
 }
 
-RegistryClient::~RegistryClient() { delete static_cast<ssl::context*>(ssl_ctx_); }
+RegistryClient::~RegistryClient() = default;
 
 Status RegistryClient::Check(const std::string& repo) const {
   if (!init_status_.ok()) return init_status_;
@@ -371,34 +177,30 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
       std::uniform_int_distribution<long> jitter(0, base.count() / 2 + 1);
       std::this_thread::sleep_for(base + std::chrono::milliseconds(jitter(rng)));
     }
-    http::request<http::string_body> req{r.method, r.target, 11};
-    req.set(http::field::host, origin.HostPort());
-    req.set(http::field::user_agent, "kiln");
-    for (const auto& [k, v] : r.headers) req.set(k, v);
-    if (!r.body.empty() || r.method == http::verb::put || r.method == http::verb::post) {
-      req.body() = r.body;
-      req.prepare_payload();
-    }
-    *resp = Response();
-    Exchange x;
+    HttpClientRequest req;
+    req.method = std::string(http::to_string(r.method));
+    req.target = r.target;
+    req.headers = r.headers;
+    req.body = r.body;
+    req.body_limit = r.body_limit;
+    HttpResult x;
     try {
-      x = RoundTrip(origin, static_cast<ssl::context*>(ssl_ctx_), req, r.body_limit,
-                    opts_.io_timeout, resp);
+      x = HttpRoundTrip(origin, tls_.get(), req, opts_.io_timeout, resp);
     } catch (const std::exception& e) {
       return Status::Internal(where + ": " + e.what());
     }
     switch (x.failure) {
-      case Failure::kNone:
+      case HttpFailure::kNone:
         break;
-      case Failure::kConnect:
+      case HttpFailure::kConnect:
         last = Status::Unavailable(where + " unreachable: " + x.detail);
         continue;
-      case Failure::kIo:
+      case HttpFailure::kIo:
         last = Status::Unavailable(where + " connection failed: " + x.detail);
         continue;
-      case Failure::kTls:  // certificate problems do not heal on retry
+      case HttpFailure::kTls:  // certificate problems do not heal on retry
         return Status::FailedPrecondition(where + " TLS handshake failed: " + x.detail);
-      case Failure::kBodyLimit:
+      case HttpFailure::kBodyLimit:
         return Status::ResourceExhausted(where + ": response to " +
                                          std::string(r.target.substr(0, r.target.find('?'))) +
                                          " exceeds " + std::to_string(r.body_limit) + " bytes");
@@ -425,7 +227,7 @@ Status RegistryClient::FetchToken(const BearerInfo& info, const std::vector<std:
                                   const std::string& repo, std::string* token) {
   Origin realm;
   std::string rest;
-  if (!ParseUrl(info.realm, &realm, &rest))
+  if (!ParseHttpUrl(info.realm, &realm, &rest))
     return Status::FailedPrecondition("registry " + hostport_ + ": bad bearer realm url");
   Request req;
   req.origin = realm;
@@ -615,7 +417,7 @@ bool ResolveLocation(const std::string& loc, const RegistryClient::Origin& base,
     return true;
   }
   std::string rest;
-  if (!ParseUrl(loc, origin, &rest)) return false;
+  if (!ParseHttpUrl(loc, origin, &rest)) return false;
   *target = rest.empty() ? "/" : rest;
   return true;
 }

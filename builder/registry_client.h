@@ -1,7 +1,7 @@
 // RegistryClient: a synchronous client of the OCI distribution API (v2) for one registry.
-// HTTP and HTTPS (OpenSSL, server certificate verified against ca_file or the system store),
-// basic auth from a docker config.json, and the bearer token flow (401 WWW-Authenticate ->
-// token endpoint) with a per-scope token cache. Retries 5xx, 429 and connection errors with
+// HTTP and HTTPS over net/http_client.h (server certificate verified against ca_file or the
+// system store), basic auth from a docker config.json, and the bearer token flow (401
+// WWW-Authenticate -> token endpoint) with a per-scope token cache. Retries 5xx, 429 and connection errors with
 // exponential backoff and jitter. Credentials never appear in a Status message or a log line.
 //
 // Thread-safety: thread-safe; one instance per registry may be shared by many worker threads.
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "net/http_client.h"
 
 namespace kiln {
 
@@ -86,8 +87,8 @@ class RegistryClient {
   Status PutManifest(const std::string& repo, const std::string& reference,
                      const std::string& media_type, const std::string& body, std::string* digest);
 
-  /// Implementation types (defined in the .cc).
-  struct Origin;
+  /// Implementation types (Request and Response are defined in the .cc).
+  using Origin = HttpOrigin;
   struct Request;
   struct Response;
 
@@ -105,7 +106,7 @@ class RegistryClient {
   std::unique_ptr<Origin> origin_;
   std::string hostport_;
   std::string basic_;        // "user:pass" base64, empty when none; never logged
-  void* ssl_ctx_ = nullptr;  // boost::asio::ssl::context*, read-only after construction
+  std::shared_ptr<const TlsContext> tls_;  // https only; immutable after construction
 
   std::mutex mu_;
   std::map<std::string, Token> tokens_;  // guarded by mu_; key: joined scopes

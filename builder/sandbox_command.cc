@@ -61,11 +61,17 @@ Status ValidateSandboxSpec(const SandboxSpec& spec) {
 std::vector<std::string> BwrapArgv(const SandboxSpec& spec) {
   std::vector<std::string> a = {"bwrap", "--unshare-all"};
   if (spec.network) a.push_back("--share-net");
+  // --unshare-all only *tries* a user namespace; require it, and forbid nested ones (a nested
+  // user namespace would give the command capabilities over new namespaces it creates).
+  a.insert(a.end(), {"--unshare-user", "--disable-userns"});
   a.insert(a.end(), {"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                      "--hostname", "sandbox"});
   for (const std::string& b : spec.ro_binds) a.insert(a.end(), {"--ro-bind", b, b});
   for (const auto& [target, link] : spec.symlinks) a.insert(a.end(), {"--symlink", target, link});
-  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"});
+  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev"});
+  // /tmp is memory: bounded, so a build step cannot fill the host's RAM through it.
+  if (spec.tmp_size_bytes > 0) a.insert(a.end(), {"--size", std::to_string(spec.tmp_size_bytes)});
+  a.insert(a.end(), {"--tmpfs", "/tmp"});
   a.insert(a.end(), {"--bind", spec.workspace, kSandboxWorkspace});
   std::map<std::string, std::string> env = spec.env;
   for (const auto& [var, dir] : spec.caches) {

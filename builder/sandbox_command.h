@@ -1,11 +1,12 @@
 // Sandbox command: builds the bubblewrap (bwrap) argv that runs a domain's compile command in a
-// candidate's workspace with nothing else of the host visible: all namespaces unshared (no
-// network unless asked), a tmpfs root holding only the read-only toolchain binds, /proc, a
-// minimal /dev, a private /tmp, the workspace read-write at /workspace and the domain's named
+// candidate's workspace with nothing else of the host visible: all namespaces unshared (user,
+// PID, IPC, UTS, cgroup, and network unless asked; nested user namespaces disabled), a tmpfs root holding only the read-only toolchain binds, /proc, a
+// minimal /dev, a private size-bounded /tmp, the workspace read-write at /workspace and the domain's named
 // caches read-write at /cache/<ENV_VAR>; a cleared environment; all capabilities dropped; the
 // sandbox dies with its parent. Pure functions: no I/O, thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -40,6 +41,8 @@ struct SandboxSpec {
   std::vector<std::pair<std::string, std::string>> symlinks = MergedUsrSymlinks();
   /// Share the host network namespace. Off by default: builds have no network.
   bool network = false;
+  /// Size limit of the sandbox's /tmp (a tmpfs, i.e. memory); 0: the kernel default (half RAM).
+  int64_t tmp_size_bytes = int64_t{1} << 30;
 };
 
 /// Returns InvalidArgument when the spec is unsafe or malformed: a relative or non-normalized

@@ -39,7 +39,8 @@ struct ContainerfileBuild {
   std::string context = ".";           // relative to the source root
   std::optional<std::string> target;
   std::map<std::string, std::string> build_args;
-  bool network = false;  // RUN steps may use the network (opt-in)
+  bool network = false;  // RUN steps may use the network (opt-in); kept equal to
+                         // BuildConfig::network == "host" by the parser (older spelling)
 };
 
 struct LayeredOutput {
@@ -59,6 +60,14 @@ struct LayeredBuild {
 struct BuildConfig {
   std::string mode = "containerfile";  // "containerfile" | "layered"
   int timeout_s = 600;                 // 1..86400
+  /// "none": build steps run in a network namespace with loopback only (default).
+  /// "host": build steps share the host network (opt-in; check-config warns loudly).
+  std::string network = "none";
+  /// The unprivileged system user containerfile builds run as (never root, never kiln's uid;
+  /// needs /etc/subuid and /etc/subgid ranges). Created by scripts/setup.sh.
+  std::string user = "kiln-build";
+  /// Largest file a build step may write, in MiB (RLIMIT_FSIZE): 1..1048576.
+  int64_t max_file_mb = 8192;
   ContainerfileBuild containerfile;
   std::optional<LayeredBuild> layered;
 };

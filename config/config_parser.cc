@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/names.h"
+#include "config/host_checks.h"
 
 namespace kiln {
 namespace {
@@ -595,7 +596,8 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 }
 
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
-  CheckKeys(obj, path, {"mode", "timeout_s", "containerfile", "layered"});
+  CheckKeys(obj, path,
+            {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered"});
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {
@@ -605,8 +607,42 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
     }
   }
   ReadInt(obj, "timeout_s", path, 1, 86400, &out->timeout_s);
+  bool network_set = false;
+  std::string network;
+  if (ReadString(obj, "network", path, false, &network)) {
+    if (network == "none" || network == "host") {
+      out->network = network;
+      network_set = true;
+    } else {
+      Problem(Join(path, "network"), "must be one of none, host");
+    }
+  }
+  std::string user;
+  if (ReadString(obj, "user", path, false, &user)) {
+    // A POSIX-portable user name; root is refused (builds never run as root).
+    bool ok = user.size() <= 32 && (IsAlpha(user[0]) || user[0] == '_');
+    for (char c : user) ok = ok && (IsAlpha(c) || IsDigit(c) || c == '_' || c == '-' || c == '.');
+    if (!ok) {
+      Problem(Join(path, "user"), "must be a user name ([A-Za-z_][A-Za-z0-9_.-]{0,31})");
+    } else if (user == "root") {
+      Problem(Join(path, "user"), "must not be root: build steps run unprivileged");
+    } else {
+      out->user = user;
+    }
+  }
+  ReadInt(obj, "max_file_mb", path, 1, int64_t{1} << 20, &out->max_file_mb);
   if (const json* s = Section(obj, "containerfile", path, false))
     ReadContainerfile(*s, Join(path, "containerfile"), &out->containerfile);
+  // build.network is the setting; containerfile.network (a boolean) is its older spelling.
+  if (const json* cf = Section(obj, "containerfile", path, false)) {
+    auto it = cf->find("network");
+    if (network_set && it != cf->end() && it->is_boolean() &&
+        it->get<bool>() != (out->network == "host"))
+      Problem(Join(path, "containerfile.network"),
+              "contradicts build.network (drop containerfile.network)");
+  }
+  if (!network_set && out->containerfile.network) out->network = "host";
+  out->containerfile.network = out->network == "host";
   bool need_layered = mode == "layered";
   if (const json* s = Section(obj, "layered", path, false)) {
     out->layered.emplace();
@@ -871,9 +907,12 @@ std::vector<ConfigProblem> CollectConfigWarnings(const Config& config) {
   std::vector<ConfigProblem> warnings;
   for (const auto& [name, d] : config.domains) {
     const std::string build = Join(Join("domains", name), "build");
-    if (d.build.mode == "containerfile" && d.build.containerfile.network)
+    if (d.build.network == "host")
       warnings.push_back(
-          {Join(build, "containerfile.network"), "RUN steps of this domain can reach the network"});
+          {Join(build, "network"),
+           "!!! build.network is \"host\": this domain's build steps (agent-written code) share "
+           "the host network and can reach kiln's HTTP port, the registry, the Kubernetes API "
+           "and anything else listening on 127.0.0.1 or the network !!!"});
     if (d.build.mode == "containerfile" && d.build.layered)
       warnings.push_back({Join(build, "layered"), "ignored because build.mode is containerfile"});
   }
@@ -881,12 +920,19 @@ std::vector<ConfigProblem> CollectConfigWarnings(const Config& config) {
 }
 
 int CheckConfigCommand(const std::string& path, std::ostream& out, std::ostream& err) {
+  return CheckConfigCommandWithFacts(path, ProbeHost(), out, err);
+}
+
+int CheckConfigCommandWithFacts(const std::string& path, const HostFacts& facts, std::ostream& out,
+                                std::ostream& err) {
   Config config;
   std::vector<ConfigProblem> problems = LoadConfigFile(path, &config);
+  std::vector<ConfigProblem> warnings = CollectConfigWarnings(config);
+  // Host checks only for a valid config: with a broken one they would mostly repeat its errors.
+  if (problems.empty()) CheckBuildHost(config, facts, &problems, &warnings);
   for (const ConfigProblem& p : problems)
     err << (p.path.empty() ? path : p.path) << ": " << p.reason << "\n";
-  for (const ConfigProblem& w : CollectConfigWarnings(config))
-    out << "WARNING: " << FormatConfigProblem(w) << "\n";
+  for (const ConfigProblem& w : warnings) out << "WARNING: " << FormatConfigProblem(w) << "\n";
   if (!problems.empty()) return 1;
   out << "config OK: " << config.domains.size() << " domains, " << config.registries.size()
       << " registries\n";

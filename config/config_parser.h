@@ -43,7 +43,9 @@ std::vector<ConfigProblem> LoadConfigFile(const std::string& path, Config* out);
 /// may reach the network). Same `path: reason` shape; never fails.
 std::vector<ConfigProblem> CollectConfigWarnings(const Config& config);
 
-/// Runs `kiln check-config`: prints each problem as "path: reason" to `err` (a problem with an
+/// Runs `kiln check-config`: validates the file, then checks this host for safe builds
+/// (config/host_checks.h: build user, subuid/subgid ranges, user namespaces, credential file
+/// permissions), and prints each problem as "path: reason" to `err` (a problem with an
 /// empty path is prefixed with the config file path instead), each warning as
 /// "WARNING: path: reason" to `out`, and "config OK: N domains, M registries" to `out` when
 /// valid. Returns the process exit code: 0 valid, 1 invalid.

@@ -1,4 +1,5 @@
 #include "config/config_parser.h"
+#include "config/host_checks.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -31,6 +32,28 @@ bool HasPath(const std::vector<ConfigProblem>& problems, const std::string& path
   for (const auto& p : problems)
     if (p.path == path) return true;
   return false;
+}
+
+// A host on which every build-isolation check passes (the real host is not consulted).
+HostFacts SafeHost() {
+  HostFacts f;
+  f.lookup_user = [](const std::string& name, uid_t* uid, gid_t* gid) {
+    if (name != "kiln-build") return false;
+    *uid = 999;
+    *gid = 995;
+    return true;
+  };
+  f.subuid = "kiln-build:100000:65536\n";
+  f.subgid = "kiln-build:100000:65536\n";
+  f.max_user_namespaces = 1000;
+  f.newuidmap_setuid = f.newgidmap_setuid = true;
+  f.kiln_uid = 0;
+  f.stat_path = [](const std::string&, uid_t* owner, mode_t* mode) {
+    *owner = 0;
+    *mode = S_IFREG | 0600;
+    return true;
+  };
+  return f;
 }
 
 class ConfigParserTest : public ::testing::Test {
@@ -174,6 +197,7 @@ TEST_F(ConfigParserTest, ValidConfigParsesIntoStructs) {
   EXPECT_EQ(k.build.containerfile.target, "runtime");
   EXPECT_EQ(k.build.containerfile.build_args.at("VERSION"), "1");
   EXPECT_TRUE(k.build.containerfile.network);
+  EXPECT_EQ(k.build.network, "host");  // the older spelling sets build.network
   EXPECT_FALSE(k.build.layered.has_value());
   EXPECT_EQ(k.deploy.type, "local");
   ASSERT_TRUE(k.deploy.local.has_value());
@@ -203,6 +227,9 @@ TEST_F(ConfigParserTest, OmittedOptionalSectionsGetDefaults) {
   EXPECT_EQ(k.build.containerfile.context, ".");
   EXPECT_FALSE(k.build.containerfile.target.has_value());
   EXPECT_FALSE(k.build.containerfile.network);
+  EXPECT_EQ(k.build.network, "none");
+  EXPECT_EQ(k.build.user, "kiln-build");
+  EXPECT_EQ(k.build.max_file_mb, 8192);
   ASSERT_TRUE(k.deploy.local.has_value());
   EXPECT_EQ(k.deploy.local->port, 9000);
   EXPECT_EQ(k.deploy.local->health_path, "/healthz");
@@ -780,7 +807,7 @@ TEST_F(ConfigParserTest, CheckConfigCommandOutputForValidConfig) {
   json j = Valid();
   WriteFile(dir_ + "/kiln.json", j.dump());
   std::ostringstream out, err;
-  EXPECT_EQ(CheckConfigCommand(dir_ + "/kiln.json", out, err), 0);
+  EXPECT_EQ(CheckConfigCommandWithFacts(dir_ + "/kiln.json", SafeHost(), out, err), 0);
   EXPECT_EQ(out.str(), "config OK: 2 domains, 1 registries\n");
   EXPECT_EQ(err.str(), "");
 }
@@ -790,11 +817,12 @@ TEST_F(ConfigParserTest, CheckConfigCommandPrintsNetworkWarning) {
   j["domains"]["ranker"]["build"]["containerfile"] = {{"network", true}};
   WriteFile(dir_ + "/kiln.json", j.dump());
   std::ostringstream out, err;
-  EXPECT_EQ(CheckConfigCommand(dir_ + "/kiln.json", out, err), 0);
-  EXPECT_EQ(out.str(),
-            "WARNING: domains.ranker.build.containerfile.network: RUN steps of this domain can "
-            "reach the network\n"
-            "config OK: 2 domains, 1 registries\n");
+  EXPECT_EQ(CheckConfigCommandWithFacts(dir_ + "/kiln.json", SafeHost(), out, err), 0);
+  EXPECT_EQ(out.str().rfind("WARNING: domains.ranker.build.network: !!! build.network is \"host\"", 0),
+            0u)
+      << out.str();
+  EXPECT_NE(out.str().find("Kubernetes API"), std::string::npos);
+  EXPECT_NE(out.str().find("\nconfig OK: 2 domains, 1 registries\n"), std::string::npos);
   EXPECT_EQ(err.str(), "");
 }
 
@@ -823,6 +851,44 @@ TEST_F(ConfigParserTest, CheckConfigCommandNamesTheFileForDocumentProblems) {
   EXPECT_EQ(CheckConfigCommand(dir_ + "/nope.json", out2, err2), 1);
   EXPECT_EQ(err2.str(),
             dir_ + "/nope.json: cannot open '" + dir_ + "/nope.json': No such file or directory\n");
+}
+
+TEST_F(ConfigParserTest, BuildIsolationFields) {
+  json j = Valid();
+  j["domains"]["ranker"]["build"]["network"] = "host";
+  j["domains"]["ranker"]["build"]["user"] = "builder-2";
+  j["domains"]["ranker"]["build"]["max_file_mb"] = 64;
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  const BuildConfig& b = c.domains.at("ranker").build;
+  EXPECT_EQ(b.network, "host");
+  EXPECT_TRUE(b.containerfile.network);  // layered mode reads this one
+  EXPECT_EQ(b.user, "builder-2");
+  EXPECT_EQ(b.max_file_mb, 64);
+  EXPECT_EQ(c.domains.at("epp").build.network, "none");
+  EXPECT_FALSE(c.domains.at("epp").build.containerfile.network);
+}
+
+TEST_F(ConfigParserTest, BuildIsolationFieldsAreValidated) {
+  auto one = [&](const char* key, json value, const std::string& path) {
+    json j = Valid();
+    j["domains"]["ranker"]["build"][key] = value;
+    auto problems = Parse(j);
+    ASSERT_EQ(problems.size(), 1u) << key << ": " << Describe(problems);
+    EXPECT_EQ(problems[0].path, path);
+  };
+  one("network", "bridge", "domains.ranker.build.network");
+  one("network", true, "domains.ranker.build.network");
+  one("user", "root", "domains.ranker.build.user");
+  one("user", "a b", "domains.ranker.build.user");
+  one("max_file_mb", 0, "domains.ranker.build.max_file_mb");
+  json j = Valid();
+  j["domains"]["ranker"]["build"]["network"] = "none";
+  j["domains"]["ranker"]["build"]["containerfile"] = {{"network", true}};
+  auto problems = Parse(j);
+  ASSERT_EQ(problems.size(), 1u) << Describe(problems);
+  EXPECT_EQ(problems[0].path, "domains.ranker.build.containerfile.network");
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 #   127.0.0.1:5000, makes the local base images, writes a config with two example domains,
 #   starts `kiln serve`, puts the example sources on candidate branches, and runs a scripted
 #   agent (official MCP TypeScript SDK client) through a build with progress, a concurrent
-#   status call and a compile error. Stops kiln and the registry at the end.
+#   status call and a compile error, deploys the best candidate to the local deploy target
+#   (127.0.0.1:$KILN_DEPLOY_PORT, default 9000) and ends with `kiln apply`, the loop engine's
+#   backstop. Stops kiln, the deployed candidate and the registry at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEMO="${KILN_DEMO_DIR:-$ROOT/.kiln-demo}"
 PORT="${KILN_PORT:-8700}"
 REG_PORT="${KILN_REGISTRY_PORT:-5000}"
+DEPLOY_PORT="${KILN_DEPLOY_PORT:-9000}"
 BUILD_DIR="${KILN_BUILD_DIR:-$ROOT/build}"
 KILN="$BUILD_DIR/app/kiln"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -30,13 +33,20 @@ if [ ! -f "$DEMO/epp.token" ]; then
   umask 077
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DEMO/epp.token"
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DEMO/ranker.token"
+fi
+if [ ! -f "$DEMO/operator.token" ]; then
+  umask 077
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DEMO/operator.token"
+  umask 022
   umask 022
 fi
 EPP_HASH=$("$KILN" hash-token < "$DEMO/epp.token")
 RANKER_HASH=$("$KILN" hash-token < "$DEMO/ranker.token")
+OPERATOR_HASH=$("$KILN" hash-token < "$DEMO/operator.token")
 cat > "$DEMO/kiln.json" <<JSON
 {
   "server": { "listen": "127.0.0.1:$PORT", "state_dir": "state", "allowed_origins": [] },
+  "operator_token_sha256": ["$OPERATOR_HASH"],
   "scheduler": { "max_parallel_builds": 2 },
   "registries": {
     "local": { "url": "http://127.0.0.1:$REG_PORT", "auth_file": "registry/auth.json", "ca_file": null }
@@ -49,7 +59,7 @@ cat > "$DEMO/kiln.json" <<JSON
       "build": { "mode": "containerfile", "timeout_s": 900,
                  "containerfile": { "file": "Containerfile", "context": "." } },
       "image": { "registry": "local", "repository": "loop/epp" },
-      "deploy": { "type": "none" }
+      "deploy": { "type": "local", "local": { "port": $DEPLOY_PORT, "health_path": "/healthz" } }
     },
     "ranker": {
       "token_sha256": ["$RANKER_HASH"],
@@ -111,7 +121,11 @@ push_branch ranker "$ROOT/examples/ranker" r1
 
 say "scripted agent (MCP over Streamable HTTP, official TypeScript SDK client)"
 (cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/epp.token")" \
-  GOOD=c1 BAD=c2 node scripted_agent.mjs)
+  GOOD=c1 BAD=c2 DEPLOY_URL="http://127.0.0.1:$DEPLOY_PORT/healthz" node scripted_agent.mjs)
+
+say "kiln apply: the loop engine's backstop before the judge measures (operator token)"
+KILN_TOKEN="$(cat "$DEMO/operator.token")" "$KILN" apply --server "http://127.0.0.1:$PORT" --domain epp --timeout 300
+echo "kiln apply exit code: $?"
 
 say "the ranker domain, through the same scheduler"
 (cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/ranker.token")" \

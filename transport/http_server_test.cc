@@ -12,6 +12,7 @@
 
 #include "common/sha256.h"
 #include "transport/fake_tool_backend.h"
+#include "transport/operator_api.h"
 
 namespace kiln {
 namespace {
@@ -425,6 +426,51 @@ TEST_F(HttpServerTest, StopClosesOpenStreamsAndLateCallbacksAreHarmless) {
   server_.reset();
   // The backend finishes the call after the server is gone; nothing may crash.
   ASSERT_TRUE(WaitFor([&] { return backend_->finished().size() == 1; }));
+}
+
+// ---- /v1 operator API (transport/operator_api.h) ----
+
+TEST(OperatorRouteTest, ParsesPathsAndMethods) {
+  EXPECT_EQ(ParseOperatorRoute("GET", "/v1/domains/demo").action, "domain_status");
+  EXPECT_EQ(ParseOperatorRoute("GET", "/v1/domains/demo/").action, "domain_status");
+  auto a = ParseOperatorRoute("POST", "/v1/domains/demo/apply");
+  EXPECT_EQ(a.action, "apply");
+  EXPECT_EQ(a.domain, "demo");
+  EXPECT_EQ(ParseOperatorRoute("GET", "/v1/domains/demo/apply").status, 405);
+  EXPECT_EQ(ParseOperatorRoute("POST", "/v1/domains/demo").status, 405);
+  EXPECT_EQ(ParseOperatorRoute("GET", "/v1/domains/../etc").status, 404);
+  EXPECT_EQ(ParseOperatorRoute("GET", "/v1/other").status, 404);
+  EXPECT_EQ(ParseOperatorRoute("POST", "/v1/domains/demo/apply/x").status, 404);
+}
+
+TEST_F(HttpServerTest, OperatorApiAuthRoutesAndForwards) {
+  std::unique_ptr<OperatorApi> api;
+  StartServer({}, {}, [&](HttpServer& s) {
+    api = std::make_unique<OperatorApi>(config_, *backend_);
+    api->Register(s);
+  });
+  Client c(server_->port());
+  EXPECT_EQ(c.Send(http::verb::get, "/v1/domains/demo").status, 401);
+  auto r = c.Send(http::verb::get, "/v1/domains/demo", "", {{"Authorization", "Bearer demo-token"}});
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.body.find("demo-token"), std::string::npos);
+  std::map<std::string, std::string> op = {{"Authorization", "Bearer op-token"}};
+  EXPECT_EQ(c.Send(http::verb::get, "/v1/domains/nope", "", op).status, 404);
+  r = c.Send(http::verb::get, "/v1/domains/demo/apply", "", op);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.Header("allow"), "POST");
+  EXPECT_EQ(c.Send(http::verb::post, "/v1/domains/demo/apply", "[1,2", op).status, 400);
+  EXPECT_EQ(c.Send(http::verb::post, "/v1/domains/demo/apply", "[1]", op).status, 400);
+  EXPECT_TRUE(backend_->calls().empty());
+  c.Send(http::verb::post, "/v1/domains/demo/apply", R"({"candidate":"c1"})", op);
+  c.Send(http::verb::get, "/v1/domains/other", "", op);
+  auto calls = backend_->calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].domain, "demo");
+  EXPECT_EQ(calls[0].tool, "apply");
+  EXPECT_EQ(calls[0].arguments, json({{"candidate", "c1"}}));
+  EXPECT_EQ(calls[1].domain, "other");
+  EXPECT_EQ(calls[1].tool, "domain_status");
 }
 
 }  // namespace

@@ -161,8 +161,10 @@ json DeployCandidate() {
   image["type"] = json::array({"object", "null"});
   return Tool(
       "deploy_candidate", "Deploy candidate",
-      "Deploy a candidate's build (default: its latest successful build) and wait for the "
-      "rollout when wait=true.",
+      "Deploy a candidate's build (default: its latest successful build) to the domain's "
+      "deploy target, by digest, and wait for the rollout when wait=true (progress is "
+      "reported). Deploys of a domain are ordered: an older build never overwrites a newer "
+      "build's deploy that is in progress.",
       InputObject({{"candidate", StringProp("Candidate name.")},
                    {"build_id", StringProp("Build to deploy (default: latest successful).")},
                    {"wait", {{"type", "boolean"}, {"default", true}}}},
@@ -171,7 +173,10 @@ json DeployCandidate() {
                   {"build_id", Nullable({{"type", "string"}})},
                   {"image", image},
                   {"status", Nullable({{"type", "string"}})},
+                  {"candidate", Nullable({{"type", "string"}})},
                   {"reason", Nullable({{"type", "string"}})},
+                  {"message", Nullable({{"type", "string"}})},
+                  {"changed", Nullable({{"type", "boolean"}})},
                   {"elapsed_ms", Nullable({{"type", "number"}})},
                   {"error", Nullable({{"type", "string"}})}}),
       Annotations(false, false, true));

@@ -3,7 +3,10 @@
 // concurrent status call answers, then build a candidate with a compile error and read the
 // diagnostics.
 //
-// env: KILN_URL (http://127.0.0.1:8700/mcp), KILN_TOKEN, GOOD (candidate), BAD (candidate)
+// diagnostics; finally deploy the best candidate (the good one) and call it.
+//
+// env: KILN_URL (http://127.0.0.1:8700/mcp), KILN_TOKEN, GOOD (candidate), BAD (candidate),
+//      DEPLOY_URL (optional: deploy GOOD, then GET this URL on the deployed service)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -55,5 +58,25 @@ say(`build_log (first 400 bytes of ${f.build_id}):\n` + log.structuredContent.te
 
 const list = await client.callTool({ name: "list_candidates", arguments: {} });
 for (const c of list.structuredContent.candidates) say(`candidate ${c.candidate}: ${c.state}`);
+
+const deployUrl = process.env.DEPLOY_URL;
+if (deployUrl) {
+  say(`deploy_candidate ${good} (the best candidate: its latest successful build, by digest)`);
+  const dres = await client.callTool({ name: "deploy_candidate", arguments: { candidate: good } }, undefined, {
+    ...long,
+    onprogress: (p) => say(`  progress ${p.progress}: ${p.message ?? ""}`),
+  });
+  const d = dres.structuredContent;
+  say(`deploy ${d.deploy_id}: ${d.status}${d.reason ? " (" + d.reason + ")" : ""} in ${d.elapsed_ms} ms:`, d.image?.ref ?? "");
+  if (d.status !== "rolled_out") {
+    console.error(d.message ?? "");
+    process.exit(1);
+  }
+  const r = await fetch(deployUrl);
+  say(`GET ${deployUrl} on the deployed candidate: ${r.status} ${(await r.text()).trim().slice(0, 120)}`);
+  if (r.status !== 200) process.exit(1);
+  const st = await client.callTool({ name: "candidate_status", arguments: { candidate: good } });
+  say(`candidate_status ${good}: deployed build ${st.structuredContent.deployed_build?.build_id}`);
+}
 await client.close();
 say("done");

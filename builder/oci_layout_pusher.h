@@ -1,0 +1,56 @@
+// OciLayoutPusher: pushes one image from an OCI image layout directory (written by the
+// unprivileged build user: `buildah push <image> oci:<dir>:<ref>`) to a registry with kiln's
+// credential, through kiln::RegistryClient. Reads index.json -> the manifest named <ref> ->
+// its config and layers; HEADs each blob and uploads only the missing ones; puts the manifest
+// last under the tag (a failed push never moves the tag); returns the manifest digest.
+//
+// The layout is untrusted input (the build user owns it): every path is opened below the
+// layout directory without following symlinks, only regular files are read, digests must be
+// sha256:<64 hex> (so no path can be smuggled in), sizes are bounded, and every blob's sha256
+// is checked against its digest before upload (RegistryClient::PutBlob refuses a mismatch).
+//
+// Thread-safety: stateless functions; safe to call concurrently for different layouts.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "builder/cancel_token.h"
+#include "builder/registry_client.h"
+#include "common/status.h"
+
+namespace kiln {
+
+struct OciPushRequest {
+  std::string layout_dir;  // absolute; kiln opens it with O_NOFOLLOW below its parent
+  std::string ref_name;    // org.opencontainers.image.ref.name of the manifest in index.json
+  std::string expect_config_digest;  // "sha256:<hex>" or "": the image that must be pushed
+  std::string repository;  // e.g. "loop/app"
+  std::string tag;         // e.g. the candidate name
+};
+
+struct OciPushResult {
+  Status status;
+  std::string digest;     // "sha256:<hex>" of the manifest pushed
+  int uploaded_blobs = 0;  // blobs the registry did not have
+};
+
+/// Pushes the image. `out` (may be empty) gets one line per uploaded blob. Observes `cancel`
+/// between blobs. Errors: NotFound/InvalidArgument for a bad or incomplete layout (Internal
+/// when the config is not the expected one), and RegistryClient's statuses for the registry.
+OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
+                            const std::function<void(std::string_view)>& out,
+                            const CancelToken* cancel);
+
+/// Deletes the blobs of the layout that the manifest named `ref_name` does not reference
+/// (older builds' layers and configs), keeping the ones a next export can reuse. Best effort.
+void PruneOciLayout(const std::string& layout_dir, const std::string& ref_name);
+
+/// Reads `rel` (a '/'-separated path without "." or ".." components) below `dir` without
+/// following any symlink, at most `max_bytes`. NotFound, InvalidArgument (not a regular file or
+/// a symlink on the way), ResourceExhausted (too big).
+Status ReadFileBeneath(const std::string& dir, const std::string& rel, size_t max_bytes,
+                       std::string* data);
+
+}  // namespace kiln

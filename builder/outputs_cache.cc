@@ -1,0 +1,157 @@
+#include "builder/outputs_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "common/sha256.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr char kMagic[] = "kiln-layer v1\n";
+constexpr char kSuffix[] = ".layer";
+
+bool IsDigest(const std::string& d) {
+  return d.size() == 71 && d.rfind("sha256:", 0) == 0 && IsSha256Hex(d.substr(7));
+}
+
+bool ReadAll(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    ssize_t r = ::read(fd, &(*out)[done], out->size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return done == out->size();
+}
+}  // namespace
+
+OutputsCache::OutputsCache(std::string dir, uint64_t max_bytes)
+    : dir_(std::move(dir)), max_bytes_(max_bytes) {}
+
+std::string OutputsCache::Path(const std::string& diff_id) const {
+  return dir_ + "/" + diff_id.substr(7) + kSuffix;
+}
+
+bool OutputsCache::Lookup(const std::string& diff_id, LayerBlob* out) {
+  if (!IsDigest(diff_id)) return false;
+  const std::string path = Path(diff_id);
+  std::string file;
+  if (!ReadAll(path, &file)) return false;
+  const size_t magic = sizeof(kMagic) - 1;
+  const size_t nl = file.find('\n', magic);
+  std::string digest = nl == std::string::npos ? "" : file.substr(magic, nl - magic);
+  if (file.compare(0, magic, kMagic) != 0 || !IsDigest(digest) ||
+      "sha256:" + Sha256Hex(std::string_view(file).substr(nl + 1)) != digest) {
+    std::error_code ec;
+    fs::remove(path, ec);  // corrupt or foreign: drop it
+    return false;
+  }
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU: now
+  LayerBlob blob;
+  blob.data = file.substr(nl + 1);
+  blob.digest = digest;
+  blob.diff_id = diff_id;
+  blob.size = blob.data.size();
+  *out = std::move(blob);
+  return true;
+}
+
+Status OutputsCache::Store(const LayerBlob& blob) {
+  if (!IsDigest(blob.diff_id) || !IsDigest(blob.digest))
+    return Status::InvalidArgument("layer without digest/diff_id");
+  if (blob.data.size() + 128 > max_bytes_) return Status::Ok();
+  std::lock_guard<std::mutex> l(mu_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return Status::Internal("cannot create " + dir_ + ": " + ec.message());
+  fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, ec);
+  static std::atomic<unsigned> seq{0};
+  const std::string tmp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
+  std::string head = std::string(kMagic) + blob.digest + "\n";
+  bool ok = true;
+  const std::string* parts[] = {&head, &blob.data};
+  for (const std::string* part : parts) {
+    size_t done = 0;
+    while (ok && done < part->size()) {
+      ssize_t w = ::write(fd, part->data() + done, part->size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) ok = false;
+      else done += static_cast<size_t>(w);
+    }
+  }
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(tmp.c_str(), Path(blob.diff_id).c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::Internal("cannot store layer in " + dir_);
+  }
+  EvictLocked();
+  return Status::Ok();
+}
+
+uint64_t OutputsCache::DiskBytes() const {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2) && it->path().extension() == kSuffix) total += it->file_size(e2);
+  }
+  return total;
+}
+
+void OutputsCache::EvictLocked() {
+  struct Entry {
+    std::string path;
+    struct timespec mtime;
+    uint64_t size;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string p = it->path().string();
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (it->path().extension() != kSuffix) {
+      // A temporary file older than an hour was left by a crash.
+      if (it->path().filename().string().rfind(".tmp-", 0) == 0 && st.st_mtime + 3600 < ::time(nullptr))
+        ::unlink(p.c_str());
+      continue;
+    }
+    entries.push_back({p, st.st_mtim, static_cast<uint64_t>(st.st_size)});
+    total += static_cast<uint64_t>(st.st_size);
+  }
+  if (total <= max_bytes_) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec < b.mtime.tv_sec;
+    if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec < b.mtime.tv_nsec;
+    return a.path < b.path;
+  });
+  for (const Entry& e : entries) {
+    if (total <= max_bytes_) break;
+    if (::unlink(e.path.c_str()) == 0) total -= e.size;
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,113 @@
+#include "deploy/launch_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace kiln {
+namespace {
+
+using json = nlohmann::json;
+const std::string kHex(64, 'a');
+
+TEST(ParseImageRef, AcceptsDigestReferences) {
+  ImageRef r;
+  ASSERT_TRUE(ParseImageRef("127.0.0.1:5110/kiln/demo@sha256:" + kHex, &r).ok());
+  EXPECT_EQ(r.host, "127.0.0.1:5110");
+  EXPECT_EQ(r.repository, "kiln/demo");
+  EXPECT_EQ(r.digest, "sha256:" + kHex);
+}
+
+TEST(ParseImageRef, RejectsTagsAndMalformed) {
+  ImageRef r;
+  for (const std::string& bad : std::vector<std::string>{"127.0.0.1:5110/kiln/demo:latest", "kiln@sha256:" + kHex,
+                                "h/r@sha256:" + std::string(63, 'a'), "h/r@sha512:" + kHex,
+                                "h/../r@sha256:" + kHex, "/r@sha256:" + kHex,
+                                "h/r@sha256:" + std::string(64, 'A')})
+    EXPECT_EQ(ParseImageRef(bad, &r).code(), Status::Code::kInvalidArgument) << bad;
+}
+
+TEST(DecideLaunch, EntrypointCmdEnvAndPort) {
+  json cfg = {{"config",
+               {{"Entrypoint", {"/bin/busybox", "sh", "-c"}},
+                {"Cmd", {"exec httpd -p $PORT"}},
+                {"Env", {"PATH=/bin", "A=1", "A=2", "PORT=1", "bad", "1X=y", "E="}},
+                {"WorkingDir", "/www"}}}};
+  LaunchSpec s;
+  ASSERT_TRUE(DecideLaunch(cfg, 19100, &s).ok());
+  EXPECT_EQ(s.argv, (std::vector<std::string>{"/bin/busybox", "sh", "-c", "exec httpd -p $PORT"}));
+  EXPECT_EQ(s.env.at("PATH"), "/bin");
+  EXPECT_EQ(s.env.at("A"), "2");          // later wins
+  EXPECT_EQ(s.env.at("PORT"), "19100");   // kiln's port always wins
+  EXPECT_EQ(s.env.at("E"), "");
+  EXPECT_EQ(s.env.count("bad"), 0u);
+  EXPECT_EQ(s.env.count("1X"), 0u);
+  EXPECT_EQ(s.env.at("HOME"), "/");
+  EXPECT_EQ(s.cwd, "/www");
+  EXPECT_FALSE(s.uid.has_value());
+}
+
+TEST(DecideLaunch, DefaultsAndCmdOnly) {
+  LaunchSpec s;
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}}}}, 8080, &s).ok());
+  EXPECT_EQ(s.argv, std::vector<std::string>{"/app"});
+  EXPECT_EQ(s.env.at("PATH"), kDefaultPath);
+  EXPECT_EQ(s.cwd, "/");
+}
+
+TEST(DecideLaunch, NumericUser) {
+  LaunchSpec s;
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "1000:2000"}}}}, 1, &s).ok());
+  EXPECT_EQ(*s.uid, 1000u);
+  EXPECT_EQ(*s.gid, 2000u);
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "65534"}}}}, 1, &s).ok());
+  EXPECT_EQ(*s.uid, 65534u);
+  EXPECT_EQ(*s.gid, 65534u);
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "root"}}}}, 1, &s).ok());
+  EXPECT_FALSE(s.uid.has_value());
+}
+
+TEST(DecideLaunch, Rejections) {
+  LaunchSpec s;
+  auto bad = [&](json cfg) { return DecideLaunch(cfg, 1, &s).code() == Status::Code::kInvalidArgument; };
+  EXPECT_TRUE(bad(json{{"config", json::object()}}));                        // nothing to run
+  EXPECT_TRUE(bad(json::array()));
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", "/app"}}}}));                     // not an array
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app", 1}}}}}));
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app"}}, {"WorkingDir", "rel"}}}}));
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody"}}}}));
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", {std::string("a\0b", 3)}}}}}));
+}
+
+TEST(LocalSandboxArgv, IsolatesEverything) {
+  LaunchSpec s;
+  s.argv = {"/bin/app", "--flag"};
+  s.env = {{"PORT", "19100"}, {"PATH", "/bin"}};
+  s.cwd = "/srv";
+  std::vector<std::string> a = LocalSandboxArgv(s, "/state/rootfs/1", 3);
+  auto has = [&](std::vector<std::string> seq) {
+    return std::search(a.begin(), a.end(), seq.begin(), seq.end()) != a.end();
+  };
+  EXPECT_EQ(a.front(), "bwrap");
+  for (const char* flag : {"--unshare-all", "--die-with-parent", "--new-session", "--clearenv"})
+    EXPECT_TRUE(has({flag})) << flag;
+  EXPECT_FALSE(has({"--share-net"}));
+  EXPECT_TRUE(has({"--cap-drop", "ALL"}));
+  EXPECT_TRUE(has({"--bind", "/state/rootfs/1", "/"}));
+  EXPECT_TRUE(has({"--proc", "/proc"}));
+  EXPECT_TRUE(has({"--dev", "/dev"}));
+  EXPECT_TRUE(has({"--tmpfs", "/tmp"}));
+  EXPECT_TRUE(has({"--setenv", "PORT", "19100"}));
+  EXPECT_TRUE(has({"--chdir", "/srv"}));
+  EXPECT_TRUE(has({"--info-fd", "3"}));
+  EXPECT_TRUE(has({"--", "/bin/app", "--flag"}));
+  // The root is the only host path in the argv.
+  int binds = static_cast<int>(std::count(a.begin(), a.end(), "--bind")) +
+              static_cast<int>(std::count(a.begin(), a.end(), "--ro-bind"));
+  EXPECT_EQ(binds, 1);
+  // The command is last: nothing after it can be read as a bwrap option.
+  EXPECT_EQ(a[a.size() - 3], "--");
+}
+
+}  // namespace
+}  // namespace kiln

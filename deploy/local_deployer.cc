@@ -1,0 +1,385 @@
+#include "deploy/local_deployer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/sha256.h"
+#include "deploy/launch_spec.h"
+#include "deploy/netns_dialer.h"
+#include "deploy/rootfs_extractor.h"
+#include "deploy/sandbox_process.h"
+#include "deploy/task_thread.h"
+#include "deploy/tcp_forwarder.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kInfoFd = 3;
+constexpr std::chrono::milliseconds kProbeTimeout{1000};
+
+DeployResult Failed(const char* reason, std::string message) {
+  DeployResult r;
+  r.state = DeployState::kFailed;
+  r.reason = reason;
+  r.message = std::move(message);
+  return r;
+}
+
+std::string WithOutput(std::string msg, const std::string& tail) {
+  if (tail.empty()) return msg + " (no output)";
+  return msg + "; last output:\n" + tail;
+}
+
+std::string Seconds(std::chrono::milliseconds ms) {
+  std::ostringstream o;
+  o << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return o.str();
+}
+
+}  // namespace
+
+struct LocalDeployer::Candidate {
+  std::string image;
+  std::string rootfs;
+  std::unique_ptr<SandboxProcess> proc;
+  std::shared_ptr<NetnsDialer> dialer;
+};
+
+struct LocalDeployer::Fetched {
+  json config;
+  std::vector<std::string> layers;  // blob digests, bottom first
+};
+
+LocalDeployer::LocalDeployer(std::string domain, LocalDeploy config, RegistryEndpoint registry,
+                             std::string work_dir, LocalDeployerOptions opts)
+    : domain_(std::move(domain)),
+      config_(std::move(config)),
+      work_dir_(std::move(work_dir)),
+      opts_(opts),
+      registry_(std::make_unique<RegistryClient>(std::move(registry), opts.registry)),
+      forwarder_(std::make_unique<TcpForwarder>(config_.port)),
+      launcher_(std::make_unique<TaskThread>()) {
+  // Roots of an earlier kiln process: their sandboxes died with it (--die-with-parent).
+  std::error_code ec;
+  fs::remove_all(fs::path(work_dir_) / "rootfs", ec);
+}
+
+LocalDeployer::~LocalDeployer() { Shutdown(); }
+
+Status LocalDeployer::Current(std::string* image) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A candidate whose process has died serves nothing: a redeploy of it starts it again.
+  *image = current_ && !current_->proc->Exited() ? current_->image : "";
+  return Status::Ok();
+}
+
+int LocalDeployer::serving_pid() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ && current_->proc ? current_->proc->sandbox_pid() : 0;
+}
+
+void LocalDeployer::Shutdown() {
+  std::unique_ptr<Candidate> cur;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    shutdown_ = true;
+    cv_.wait(lock, [this] { return !deploying_; });  // a running Deploy() sees shutdown_ and ends
+    cur = std::move(current_);
+  }
+  forwarder_->Stop();
+  StopCandidate(std::move(cur));
+  launcher_->Stop();
+}
+
+bool LocalDeployer::Interrupted(const CancelToken* cancel) const {
+  if (cancel && cancel->cancelled()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_;
+}
+
+void LocalDeployer::StopCandidate(std::unique_ptr<Candidate> cand) {
+  if (!cand) return;
+  if (cand->dialer) cand->dialer->Close();
+  if (cand->proc) cand->proc->Stop(opts_.stop_grace);
+  cand->proc.reset();
+  std::error_code ec;
+  if (!cand->rootfs.empty()) fs::remove_all(cand->rootfs, ec);
+}
+
+void LocalDeployer::Drain(const Candidate& cand) {
+  if (!cand.dialer) return;
+  auto deadline = Clock::now() + opts_.drain;
+  while (cand.dialer->connections() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+DeployResult LocalDeployer::Deploy(const DeployRequest& req, const DeployProgressFn& progress,
+                                   const CancelToken* cancel) {
+  auto t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return Failed("Unavailable", "the local deploy target of " + domain_ + " is shut down");
+    deploying_ = true;
+  }
+  DeployProgressFn say = [&progress](const std::string& line) {
+    if (progress) progress(line);
+  };
+  DeployResult r = DeployLocked(req, say, cancel);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deploying_ = false;
+  }
+  cv_.notify_all();
+  r.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  return r;
+}
+
+DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployProgressFn& progress,
+                                         const CancelToken* cancel) {
+  ImageRef ref;
+  if (Status st = ParseImageRef(req.image, &ref); !st.ok()) return Failed("Invalid", st.message());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (current_ && current_->image == req.image && !current_->proc->Exited()) {
+      DeployResult r;
+      r.state = DeployState::kRolledOut;
+      r.changed = false;
+      r.message = req.image + " is already serving on 127.0.0.1:" + std::to_string(config_.port);
+      return r;
+    }
+  }
+  if (Status st = forwarder_->Listen(); !st.ok()) return Failed("Unavailable", st.message());
+  if (ref.host != registry_->host())
+    return Failed("ImageFetchFailed", "image " + req.image + " is not in the domain's registry " + registry_->host());
+
+  progress("fetching layers");
+  Fetched img;
+  if (Status st = FetchImage(ref.repository, ref.digest, progress, cancel, &img); !st.ok()) {
+    if (st.code() == Status::Code::kCancelled) return Failed("Cancelled", "deploy cancelled");
+    return Failed("ImageFetchFailed", "fetching " + req.image + ": " + st.message());
+  }
+
+  LaunchSpec spec;
+  if (Status st = DecideLaunch(img.config, config_.port, &spec); !st.ok()) return Failed("StartFailed", st.message());
+
+  auto cand = std::make_unique<Candidate>();
+  cand->image = req.image;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cand->rootfs = (fs::path(work_dir_) / "rootfs" / (std::to_string(++seq_) + "-" + ref.digest.substr(7, 12))).string();
+  }
+  std::error_code ec;
+  fs::remove_all(cand->rootfs, ec);
+  fs::create_directories(cand->rootfs, ec);
+  // Only kiln may look into the roots: what a candidate writes there (even a setuid file; the
+  // sandbox mounts them nosuid) must not be reachable by other host users.
+  if (!ec) fs::permissions(fs::path(work_dir_) / "rootfs", fs::perms::owner_all, ec);
+  if (ec) return Failed("StartFailed", "cannot create " + cand->rootfs + ": " + ec.message());
+  fs::permissions(cand->rootfs, fs::perms(0755), ec);
+
+  progress("extracting " + std::to_string(img.layers.size()) + " layers");
+  ExtractStats stats;
+  for (const auto& digest : img.layers) {
+    std::string blob;
+    Status st = FetchBlob(ref.repository, digest, &blob);
+    if (st.ok()) st = ApplyLayer(cand->rootfs, blob, &stats);
+    if (!st.ok()) {
+      StopCandidate(std::move(cand));
+      return Failed("ImageFetchFailed", "layer " + digest + ": " + st.message());
+    }
+  }
+  Status prep = PrepareMountPoints(cand->rootfs);
+  if (prep.ok()) prep = EnsureDirectoryInRoot(cand->rootfs, spec.cwd);  // as docker: WorkingDir is created
+  if (Status st = prep; !st.ok()) {
+    StopCandidate(std::move(cand));
+    return Failed("StartFailed", st.message());
+  }
+  if (stats.neutralized > 0)
+    progress(std::to_string(stats.neutralized) + " layer entries tried to leave the root; kept inside it");
+  if (Interrupted(cancel)) {
+    StopCandidate(std::move(cand));
+    return Failed("Cancelled", "deploy cancelled");
+  }
+
+  DeployResult result;
+  if (!StartAndCheck(cand.get(), LocalSandboxArgv(spec, cand->rootfs, kInfoFd), progress, cancel, &result)) {
+    StopCandidate(std::move(cand));
+    return result;
+  }
+
+  // Healthy: new connections go to the new candidate, then the old one goes away.
+  forwarder_->SetTarget(cand->dialer);
+  std::unique_ptr<Candidate> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(current_);
+    current_ = std::move(cand);
+  }
+  progress("healthy, switched");
+  if (old) {
+    Drain(*old);
+    progress("stopping " + old->image);
+    StopCandidate(std::move(old));
+  }
+  result.state = DeployState::kRolledOut;
+  result.changed = true;
+  result.message = req.image + " serving on 127.0.0.1:" + std::to_string(config_.port);
+  return result;
+}
+
+bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string>& argv,
+                                  const DeployProgressFn& progress, const CancelToken* cancel,
+                                  DeployResult* result) {
+  progress("starting");
+  auto t0 = Clock::now();
+  auto deadline = t0 + opts_.start_timeout;
+  Status st;
+  std::unique_ptr<SandboxProcess> proc;
+  // Forked on the launcher thread: --die-with-parent follows the forking thread.
+  if (!launcher_->Run([&] {
+        st = SandboxProcess::Start(argv, kInfoFd, opts_.output_tail_bytes, opts_.start_timeout, &proc);
+      }))
+    st = Status::Unavailable("the local deploy target is shut down");
+  if (!st.ok()) {
+    *result = Failed("StartFailed", "cannot start the sandbox: " + st.message());
+    return false;
+  }
+  cand->proc = std::move(proc);
+  st = NetnsDialer::Open(cand->proc->sandbox_pid(), &cand->dialer);
+  if (!st.ok()) {
+    // Usually the process already exited (a crash at start-up): report that, with its output.
+    auto until = Clock::now() + std::chrono::seconds(1);
+    int code = 0;
+    bool exited = false;
+    while (!(exited = cand->proc->Exited(&code)) && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    cand->proc->DrainOutput(std::chrono::milliseconds(500));
+    std::string what = exited ? "the process exited with status " + std::to_string(code) + " before it was healthy"
+                              : "cannot enter the candidate's network: " + st.message();
+    *result = Failed("StartFailed", WithOutput(what, cand->proc->OutputTail()));
+    return false;
+  }
+
+  progress("waiting for " + config_.health_path);
+  std::string last = "no answer yet";
+  for (;;) {
+    if (Interrupted(cancel)) {
+      *result = Failed("Cancelled", "deploy cancelled; the previous candidate keeps serving");
+      return false;
+    }
+    int code = 0;
+    if (cand->proc->Exited(&code)) {
+      cand->proc->DrainOutput(std::chrono::milliseconds(500));
+      *result = Failed("StartFailed", WithOutput("the process exited with status " + std::to_string(code) +
+                                                     " before it was healthy",
+                                                 cand->proc->OutputTail()));
+      return false;
+    }
+    int fd = -1;
+    Status c = cand->dialer->Connect(config_.port, kProbeTimeout, &fd);
+    if (c.ok()) {
+      int status = 0;
+      c = HttpGetStatus(fd, config_.health_path, kProbeTimeout, &status);
+      close(fd);
+      if (c.ok() && status == 200) return true;
+      last = c.ok() ? "HTTP " + std::to_string(status) : c.message();
+    } else {
+      last = c.message();
+    }
+    if (Clock::now() >= deadline) {
+      *result = Failed("HealthCheckFailed",
+                       WithOutput("GET " + config_.health_path + " on port " + std::to_string(config_.port) +
+                                      " did not answer 200 within " + Seconds(opts_.start_timeout) +
+                                      " (last: " + last + ")",
+                                  cand->proc->OutputTail()));
+      return false;
+    }
+    std::this_thread::sleep_for(opts_.poll_interval);
+  }
+}
+
+Status LocalDeployer::FetchBlob(const std::string& repo, const std::string& digest, std::string* data) {
+  if (digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(digest.substr(7)))
+    return Status::InvalidArgument("bad layer digest " + digest);
+  fs::path dir = fs::path(work_dir_) / "blobs" / "sha256";
+  fs::path file = dir / digest.substr(7);
+  {
+    std::ifstream in(file, std::ios::binary);
+    if (in) {
+      std::string cached((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (Sha256Hex(cached) == digest.substr(7)) {
+        *data = std::move(cached);
+        return Status::Ok();
+      }
+    }
+  }
+  if (Status st = registry_->GetBlob(repo, digest, data); !st.ok()) return st;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  fs::path tmp = dir / (digest.substr(7) + ".tmp" + std::to_string(getpid()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(data->data(), static_cast<std::streamsize>(data->size()));
+    if (!out) return Status::Ok();  // the cache is best effort
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) fs::remove(tmp, ec);
+  return Status::Ok();
+}
+
+Status LocalDeployer::FetchImage(const std::string& repo, const std::string& digest,
+                                 const DeployProgressFn& progress, const CancelToken* cancel,
+                                 Fetched* out) {
+  std::string body, media_type, got;
+  if (Status st = registry_->GetManifest(repo, digest, &body, &media_type, &got); !st.ok()) return st;
+  json m = json::parse(body, nullptr, false);
+  if (m.is_discarded() || !m.is_object()) return Status::InvalidArgument("the manifest is not JSON");
+  if (m.contains("manifests")) {  // an index / manifest list: pick linux/amd64
+    std::string pick;
+    if (m["manifests"].is_array()) {
+      for (const auto& e : m["manifests"]) {
+        if (!e.is_object() || !e.contains("platform") || !e["platform"].is_object()) continue;
+        if (e["platform"].value("os", "") == "linux" && e["platform"].value("architecture", "") == "amd64") {
+          pick = e.value("digest", "");
+          break;
+        }
+      }
+    }
+    if (pick.empty()) return Status::NotFound("the image index has no linux/amd64 manifest");
+    if (Status st = registry_->GetManifest(repo, pick, &body, &media_type, &got); !st.ok()) return st;
+    m = json::parse(body, nullptr, false);
+    if (m.is_discarded() || !m.is_object()) return Status::InvalidArgument("the manifest is not JSON");
+  }
+  if (!m.contains("config") || !m["config"].is_object() || !m.contains("layers") || !m["layers"].is_array())
+    return Status::InvalidArgument("the manifest has no config or layers");
+  std::string cfg;
+  if (Status st = registry_->GetBlob(repo, m["config"].value("digest", ""), &cfg); !st.ok()) return st;
+  out->config = json::parse(cfg, nullptr, false);
+  if (out->config.is_discarded() || !out->config.is_object()) return Status::InvalidArgument("the image config is not JSON");
+  out->layers.clear();
+  for (const auto& l : m["layers"]) {
+    if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string())
+      return Status::InvalidArgument("a manifest layer has no digest");
+    out->layers.push_back(l["digest"].get<std::string>());
+  }
+  size_t i = 0;
+  for (const auto& d : out->layers) {
+    if (Interrupted(cancel)) return Status::Cancelled("deploy cancelled");
+    std::string blob;
+    if (Status st = FetchBlob(repo, d, &blob); !st.ok()) return st;
+    progress("layer " + std::to_string(++i) + "/" + std::to_string(out->layers.size()) + " " + d.substr(0, 19) +
+             " (" + std::to_string(blob.size()) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln

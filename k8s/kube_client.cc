@@ -1,0 +1,249 @@
+#include "k8s/kube_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+namespace kiln {
+
+namespace {
+
+constexpr size_t kMaxQuoted = 400;
+
+// The `message` of a Kubernetes Status body, shortened; "" when the body is not a Status.
+std::string StatusMessage(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "";
+  auto it = j.find("message");
+  if (it == j.end() || !it->is_string()) return "";
+  std::string m = it->get<std::string>();
+  if (m.size() > kMaxQuoted) m = m.substr(0, kMaxQuoted) + "...";
+  return m;
+}
+
+std::string StatusReason(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "";
+  auto it = j.find("reason");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+void SetErr(KubeCallError* err, int status, std::string reason) {
+  if (!err) return;
+  err->http_status = status;
+  err->reason = std::move(reason);
+}
+
+std::string Quoted(const std::string& m) { return m.empty() ? "" : ": " + m; }
+
+}  // namespace
+
+std::string KubeClient::Object::Describe() const {
+  std::string r = group.empty() ? resource : resource + "." + group;
+  if (!name.empty()) r += " \"" + name + "\"";
+  return r + " in namespace \"" + ns + "\"";
+}
+
+KubeClient::KubeClient(std::string server, HttpOrigin origin, std::shared_ptr<const TlsContext> tls,
+                       std::shared_ptr<TokenSource> token, KubeClientOptions opts,
+                       std::string source)
+    : server_(std::move(server)),
+      origin_(std::move(origin)),
+      tls_(std::move(tls)),
+      token_(std::move(token)),
+      opts_(opts),
+      source_(std::move(source)) {}
+
+Status KubeClient::Create(const KubeConfig& cfg, KubeClientOptions opts,
+                          std::unique_ptr<KubeClient>* out) {
+  HttpOrigin origin;
+  std::string rest;
+  if (!ParseHttpUrl(cfg.server, &origin, &rest) || !origin.tls || (!rest.empty() && rest != "/"))
+    return Status::FailedPrecondition("Kubernetes API server '" + cfg.server +
+                                      "' is not https://host[:port]");
+  std::shared_ptr<const TlsContext> tls;
+  Status st = TlsContext::Create(cfg.tls, &tls);
+  if (!st.ok())
+    return Status::FailedPrecondition("Kubernetes API " + cfg.server + " (" + cfg.source +
+                                      "): " + st.message());
+  out->reset(new KubeClient(cfg.server, origin, std::move(tls), cfg.token, opts, cfg.source));
+  return Status::Ok();
+}
+
+Status KubeClient::Send(const std::string& method, const std::string& target,
+                        const std::string& content_type, const std::string& body,
+                        HttpClientResponse* resp, KubeCallError* err) {
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string where = "Kubernetes API " + server_;
+  const std::string path = target.substr(0, target.find('?'));
+  Status last;
+  bool reread_token = false;
+  int attempts = std::max(1, opts_.attempts);
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    if (attempt > 0) {
+      spdlog::warn("{}: retrying {} {} (attempt {}): {}", where, method, path, attempt + 1,
+                   last.message());
+      auto base = opts_.backoff_base * (1 << std::min(attempt - 1, 10));
+      std::uniform_int_distribution<long> jitter(0, base.count() / 2 + 1);
+      std::this_thread::sleep_for(base + std::chrono::milliseconds(jitter(rng)));
+    }
+    HttpClientRequest req;
+    req.method = method;
+    req.target = target;
+    req.body = body;
+    req.body_limit = opts_.max_body_bytes;
+    req.headers.emplace_back("Accept", "application/json");
+    if (!content_type.empty()) req.headers.emplace_back("Content-Type", content_type);
+    if (token_) {
+      std::string token;
+      Status ts = token_->Get(&token);
+      if (!ts.ok()) {
+        SetErr(err, 0, "Unauthorized");
+        return Status::FailedPrecondition(where + ": no usable credential (" + source_ +
+                                          "): " + ts.message());
+      }
+      req.headers.emplace_back("Authorization", "Bearer " + token);
+    }
+    HttpResult x;
+    try {
+      x = HttpRoundTrip(origin_, tls_.get(), req, opts_.io_timeout, resp);
+    } catch (const std::exception& e) {
+      SetErr(err, 0, "Unavailable");
+      return Status::Internal(where + ": " + e.what());
+    }
+    switch (x.failure) {
+      case HttpFailure::kNone:
+        break;
+      case HttpFailure::kConnect:
+        last = Status::Unavailable(where + " unreachable: " + x.detail);
+        SetErr(err, 0, "Unavailable");
+        continue;
+      case HttpFailure::kIo:
+        last = Status::Unavailable(where + " connection failed: " + x.detail);
+        SetErr(err, 0, "Unavailable");
+        continue;
+      case HttpFailure::kTls:
+        SetErr(err, 0, "TLSError");
+        return Status::FailedPrecondition(where + " TLS handshake failed: " + x.detail +
+                                          " (check the cluster CA of " + source_ + ")");
+      case HttpFailure::kBodyLimit:
+        SetErr(err, 0, "BadResponse");
+        return Status::ResourceExhausted(where + ": response to " + path + " exceeds " +
+                                         std::to_string(opts_.max_body_bytes) + " bytes");
+    }
+    if (resp->status >= 500 || resp->status == 429) {
+      last = Status::Unavailable(where + " returned " + std::to_string(resp->status) + " for " +
+                                 method + " " + path + Quoted(StatusMessage(resp->body)));
+      SetErr(err, resp->status, "Unavailable");
+      continue;
+    }
+    if (resp->status == 401 && !reread_token && token_ && token_->Refresh()) {
+      // A rotated service-account token: read the file again and retry once.
+      reread_token = true;
+      spdlog::info("{}: 401 for {} {}; re-reading {}", where, method, path, token_->Describe());
+      --attempt;
+      continue;
+    }
+    return Status::Ok();
+  }
+  return last;
+}
+
+Status KubeClient::ErrorFor(const Object& obj, const HttpClientResponse& resp,
+                            KubeCallError* err) const {
+  std::string msg = StatusMessage(resp.body);
+  std::string reason = StatusReason(resp.body);
+  const std::string what = obj.Describe();
+  switch (resp.status) {
+    case 401: {
+      SetErr(err, 401, "Unauthorized");
+      std::string cred = token_ ? token_->Describe() : std::string("the client certificate");
+      return Status::PermissionDenied(
+          "Kubernetes API " + server_ + " rejected kiln's credential (401 Unauthorized) for " +
+          obj.verb + " " + what + Quoted(msg) + " — check " + cred + " of " + source_);
+    }
+    case 403:
+      SetErr(err, 403, "Forbidden");
+      return Status::PermissionDenied("kiln may not " + obj.verb + " " + what + Quoted(msg) +
+                                      " — grant verb \"" + obj.verb + "\" on \"" + obj.resource +
+                                      "\" (" + (obj.group.empty() ? "core" : obj.group) + ")");
+    case 404:
+      SetErr(err, 404, "NotFound");
+      return Status::NotFound(what.substr(0, what.find(" in namespace ")) +
+                              " not found in namespace \"" + obj.ns + "\" (Kubernetes API " +
+                              server_ + ")" + Quoted(msg));
+    case 409:
+      SetErr(err, 409, "Conflict");
+      return Status::FailedPrecondition("conflict on " + obj.verb + " " + what + Quoted(msg));
+    case 422:
+      SetErr(err, 422, "Invalid");
+      return Status::InvalidArgument("Kubernetes rejected " + obj.verb + " " + what +
+                                     " as invalid" + Quoted(msg));
+    case 415:
+      SetErr(err, 415, reason.empty() ? "UnsupportedMediaType" : reason);
+      return Status::Internal("Kubernetes API " + server_ + " does not accept the " + obj.verb +
+                              " of " + what + Quoted(msg));
+    default:
+      SetErr(err, resp.status, reason.empty() ? "BadResponse" : reason);
+      return Status::Internal("Kubernetes API " + server_ + " answered " +
+                              std::to_string(resp.status) + " to " + obj.verb + " " + what +
+                              Quoted(msg));
+  }
+}
+
+Status KubeClient::Call(const Object& obj, const std::string& method, const std::string& target,
+                        const std::string& content_type, const std::string& body,
+                        nlohmann::json* out, KubeCallError* err) {
+  if (obj.ns.empty()) return Status::InvalidArgument("no Kubernetes namespace given");
+  HttpClientResponse resp;
+  Status st = Send(method, target, content_type, body, &resp, err);
+  if (!st.ok()) return st;
+  if (resp.status != 200 && resp.status != 201) return ErrorFor(obj, resp, err);
+  auto j = nlohmann::json::parse(resp.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    SetErr(err, resp.status, "BadResponse");
+    return Status::Internal("Kubernetes API " + server_ + " answered " + obj.verb + " " +
+                            obj.Describe() + " with a body that is not a JSON object");
+  }
+  SetErr(err, resp.status, "");
+  *out = std::move(j);
+  return Status::Ok();
+}
+
+Status KubeClient::GetDeployment(const std::string& ns, const std::string& name,
+                                 nlohmann::json* out, KubeCallError* err) {
+  Object obj{"get", "deployments", "apps", name, ns};
+  return Call(obj, "GET",
+              "/apis/apps/v1/namespaces/" + UrlEncode(ns) + "/deployments/" + UrlEncode(name), "",
+              "", out, err);
+}
+
+Status KubeClient::PatchDeployment(const std::string& ns, const std::string& name,
+                                   const nlohmann::json& patch, nlohmann::json* out,
+                                   KubeCallError* err) {
+  Object obj{"patch", "deployments", "apps", name, ns};
+  return Call(obj, "PATCH",
+              "/apis/apps/v1/namespaces/" + UrlEncode(ns) + "/deployments/" + UrlEncode(name),
+              "application/strategic-merge-patch+json", patch.dump(), out, err);
+}
+
+Status KubeClient::ListPods(const std::string& ns, const std::string& selector, nlohmann::json* out,
+                            KubeCallError* err) {
+  Object obj{"list", "pods", "", "", ns};
+  return Call(obj, "GET",
+              "/api/v1/namespaces/" + UrlEncode(ns) + "/pods?labelSelector=" + UrlEncode(selector),
+              "", "", out, err);
+}
+
+Status KubeClient::ListReplicaSets(const std::string& ns, const std::string& selector,
+                                   nlohmann::json* out, KubeCallError* err) {
+  Object obj{"list", "replicasets", "apps", "", ns};
+  return Call(obj, "GET",
+              "/apis/apps/v1/namespaces/" + UrlEncode(ns) +
+                  "/replicasets?labelSelector=" + UrlEncode(selector),
+              "", "", out, err);
+}
+
+}  // namespace kiln

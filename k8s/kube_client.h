@@ -1,0 +1,99 @@
+// KubeClient: the few Kubernetes API calls kiln's deploy target needs, over HTTPS
+// (net/http_client.h) with a bearer token (TokenSource) and/or a client certificate:
+//   GET   /apis/apps/v1/namespaces/{ns}/deployments/{name}
+//   PATCH /apis/apps/v1/namespaces/{ns}/deployments/{name}  (strategic merge patch)
+//   GET   /api/v1/namespaces/{ns}/pods?labelSelector=...
+//   GET   /apis/apps/v1/namespaces/{ns}/replicasets?labelSelector=...
+// Error answers become clear Status errors that name the object (and, for 403, the missing
+// RBAC permission) and quote the message of the API's Status object. 5xx, 429 and connection
+// errors are retried with exponential backoff and jitter; after a 401 a file-backed token is
+// re-read and the call retried once. Tokens and keys never appear in a Status or a log line.
+//
+// Ownership: Create() hands out the client (unique_ptr); it owns its origin and options, and
+// shares the TLS context and the TokenSource of the KubeConfig it was built from.
+//
+// Thread-safety: thread-safe; calls may run concurrently on many threads. Each call opens its own
+// connection; the shared state (TLS context, token source) is immutable or internally locked.
+// Calls block the calling thread (each I/O step has a timeout).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
+#include "k8s/kube_config.h"
+#include "net/http_client.h"
+
+namespace kiln {
+
+struct KubeClientOptions {
+  int attempts = 4;                             // tries per call on 5xx/429/connection errors
+  std::chrono::milliseconds backoff_base{200};  // doubled each retry, plus jitter
+  std::chrono::milliseconds io_timeout{10000};  // per connect/handshake/write/read
+  size_t max_body_bytes = 16 << 20;             // largest response accepted
+};
+
+/// What the last failed call saw; `http_status` is 0 for connection/TLS failures.
+struct KubeCallError {
+  int http_status = 0;
+  /// The Kubernetes Status reason ("Unauthorized", "Forbidden", "NotFound", "Conflict",
+  /// "Invalid", ...) or kiln's: "Unavailable" (unreachable, 5xx), "TLSError", "BadResponse".
+  std::string reason;
+};
+
+class KubeClient {
+ public:
+  /// Builds the TLS context from cfg. FailedPrecondition when the server URL, CA, client
+  /// certificate or key is unusable ("Kubernetes API <server>: cannot load CA file ...").
+  static Status Create(const KubeConfig& cfg, KubeClientOptions opts,
+                       std::unique_ptr<KubeClient>* out);
+  KubeClient(const KubeClient&) = delete;
+  KubeClient& operator=(const KubeClient&) = delete;
+
+  /// The Deployment object. NotFound 'deployment "web" not found in namespace "loop" ...';
+  /// PermissionDenied for 401/403; Unavailable when unreachable; FailedPrecondition for TLS.
+  Status GetDeployment(const std::string& ns, const std::string& name, nlohmann::json* out,
+                       KubeCallError* err = nullptr);
+  /// Strategic-merge-patches the Deployment; *out gets the patched object. Errors as
+  /// GetDeployment, plus FailedPrecondition on 409 Conflict (err->reason "Conflict") and
+  /// InvalidArgument on 422 Invalid.
+  Status PatchDeployment(const std::string& ns, const std::string& name,
+                         const nlohmann::json& patch, nlohmann::json* out,
+                         KubeCallError* err = nullptr);
+  /// PodList / ReplicaSetList matching the label selector ("app=web,tier=x"). Errors as above.
+  Status ListPods(const std::string& ns, const std::string& selector, nlohmann::json* out,
+                  KubeCallError* err = nullptr);
+  Status ListReplicaSets(const std::string& ns, const std::string& selector, nlohmann::json* out,
+                         KubeCallError* err = nullptr);
+
+  /// "https://host:port" of the API server.
+  const std::string& server() const { return server_; }
+
+ private:
+  // What a call is about, for messages: verb "get", resource "deployments", group "apps",
+  // name "web" ("" for lists), namespace.
+  struct Object {
+    std::string verb, resource, group, name, ns;
+    std::string Describe() const;  // 'deployments.apps "web" in namespace "loop"'
+  };
+  KubeClient(std::string server, HttpOrigin origin, std::shared_ptr<const TlsContext> tls,
+             std::shared_ptr<TokenSource> token, KubeClientOptions opts, std::string source);
+
+  Status Call(const Object& obj, const std::string& method, const std::string& target,
+              const std::string& content_type, const std::string& body, nlohmann::json* out,
+              KubeCallError* err);
+  Status Send(const std::string& method, const std::string& target, const std::string& content_type,
+              const std::string& body, HttpClientResponse* resp, KubeCallError* err);
+  Status ErrorFor(const Object& obj, const HttpClientResponse& resp, KubeCallError* err) const;
+
+  const std::string server_;
+  const HttpOrigin origin_;
+  const std::shared_ptr<const TlsContext> tls_;
+  const std::shared_ptr<TokenSource> token_;  // may be null (client certificate only)
+  const KubeClientOptions opts_;
+  const std::string source_;  // where the config came from, for 401 hints
+};
+
+}  // namespace kiln

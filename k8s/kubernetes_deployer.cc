@@ -1,0 +1,285 @@
+#include "k8s/kubernetes_deployer.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace kiln {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// The image of container `name` in the Deployment's pod template; false when there is no such
+// container. *names gets the container names (for messages).
+bool ContainerImage(const json& dep, const std::string& name, std::string* image,
+                    std::string* names) {
+  names->clear();
+  auto spec = dep.find("spec");
+  if (spec == dep.end() || !spec->is_object()) return false;
+  auto tmpl = spec->find("template");
+  if (tmpl == spec->end() || !tmpl->is_object()) return false;
+  auto pspec = tmpl->find("spec");
+  if (pspec == tmpl->end() || !pspec->is_object()) return false;
+  auto containers = pspec->find("containers");
+  if (containers == pspec->end() || !containers->is_array()) return false;
+  for (const auto& c : *containers) {
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) continue;
+    std::string n = c["name"].get<std::string>();
+    *names += (names->empty() ? "" : ", ") + ("\"" + n + "\"");
+    if (n == name) {
+      *image = c.contains("image") && c["image"].is_string() ? c["image"].get<std::string>() : "";
+      return true;
+    }
+  }
+  return false;
+}
+
+// "k1=v1,k2=v2" from spec.selector.matchLabels (sorted by key; json objects are ordered).
+std::string SelectorOf(const json& dep) {
+  std::string sel;
+  if (!dep.contains("spec") || !dep["spec"].is_object()) return sel;
+  const json& spec = dep["spec"];
+  if (!spec.contains("selector") || !spec["selector"].is_object()) return sel;
+  const json& s = spec["selector"];
+  if (!s.contains("matchLabels") || !s["matchLabels"].is_object()) return sel;
+  for (auto it = s["matchLabels"].begin(); it != s["matchLabels"].end(); ++it) {
+    if (!it.value().is_string()) continue;
+    sel += (sel.empty() ? "" : ",") + it.key() + "=" + it.value().get<std::string>();
+  }
+  return sel;
+}
+
+int64_t Generation(const json& dep) {
+  if (!dep.contains("metadata") || !dep["metadata"].is_object()) return 0;
+  const json& m = dep["metadata"];
+  return m.contains("generation") && m["generation"].is_number_integer()
+             ? m["generation"].get<int64_t>()
+             : 0;
+}
+
+std::string ReasonFor(const KubeCallError& err, const Status& st) {
+  if (!err.reason.empty()) return err.reason;
+  switch (st.code()) {
+    case Status::Code::kPermissionDenied:
+      return "Forbidden";
+    case Status::Code::kNotFound:
+      return "NotFound";
+    case Status::Code::kInvalidArgument:
+      return "Invalid";
+    default:
+      return "Unavailable";
+  }
+}
+
+}  // namespace
+
+KubernetesDeployer::KubernetesDeployer(KubernetesDeploy cfg, KubernetesDeployerOptions opts)
+    : cfg_(std::move(cfg)), opts_(std::move(opts)) {
+  KubeConfig kc;
+  if (cfg_.kubeconfig) {
+    init_ = LoadKubeconfig(*cfg_.kubeconfig, "", &kc);
+  } else {
+    init_ = LoadInClusterConfig(
+        opts_.in_cluster ? *opts_.in_cluster : InClusterSource::FromEnvironment(), &kc);
+  }
+  if (!init_.ok()) return;
+  ns_ = cfg_.namespace_.empty() ? kc.namespace_ : cfg_.namespace_;
+  if (ns_.empty()) {
+    init_ = Status::FailedPrecondition("no Kubernetes namespace: set deploy.kubernetes.namespace");
+    return;
+  }
+  if (cfg_.deployment.empty() || cfg_.container.empty()) {
+    init_ = Status::FailedPrecondition(
+        "deploy.kubernetes needs both a deployment and a container name");
+    return;
+  }
+  init_ = KubeClient::Create(kc, opts_.client, &client_);
+}
+
+KubernetesDeployer::~KubernetesDeployer() = default;
+
+DeployResult KubernetesDeployer::Fail(const std::string& reason, const std::string& message) const {
+  DeployResult r;
+  r.state = DeployState::kFailed;
+  r.reason = reason;
+  r.message = message;
+  return r;
+}
+
+bool KubernetesDeployer::SleepOrCancel(std::chrono::milliseconds d, const CancelToken* cancel) {
+  if (d.count() < 0) d = std::chrono::milliseconds(0);
+  if (!cancel) {
+    std::this_thread::sleep_for(d);
+    return false;
+  }
+  if (cancel->cancelled()) return true;
+  if (cancel->fd() >= 0) {
+    pollfd p{cancel->fd(), POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(d.count()));
+  } else {
+    auto end = Clock::now() + d;
+    while (!cancel->cancelled() && Clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cancel->cancelled();
+}
+
+bool KubernetesDeployer::Observe(json* dep, RolloutDecision* decision, DeployResult* fail) {
+  KubeCallError err;
+  Status st = client_->GetDeployment(ns_, cfg_.deployment, dep, &err);
+  json rss, pods;
+  const std::string selector = st.ok() ? SelectorOf(*dep) : "";
+  if (st.ok()) st = client_->ListReplicaSets(ns_, selector, &rss, &err);
+  if (st.ok()) st = client_->ListPods(ns_, selector, &pods, &err);
+  if (!st.ok()) {
+    *fail = Fail(ReasonFor(err, st), st.message());
+    return false;
+  }
+  *decision = RolloutEvaluator::Evaluate(*dep, rss, pods);
+  return true;
+}
+
+DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployProgressFn& progress,
+                                        const CancelToken* cancel) {
+  const auto start = Clock::now();
+  const auto timeout = opts_.rollout_timeout
+                           ? *opts_.rollout_timeout
+                           : std::chrono::milliseconds(int64_t{cfg_.rollout_timeout_s} * 1000);
+  const auto deadline = start + timeout;
+  auto done = [&](DeployResult r, bool changed) {
+    r.changed = changed;
+    r.elapsed_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    return r;
+  };
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  if (!init_.ok()) return done(Fail("Config", init_.message()), false);
+  const std::string what = "deployment \"" + cfg_.deployment + "\" in namespace \"" + ns_ + "\"";
+  if (req.image.empty()) return done(Fail("Invalid", "no image to deploy"), false);
+  if (cancel && cancel->cancelled())
+    return done(Fail("Cancelled", "deploy cancelled before it started"), false);
+
+  // 1. The Deployment as it is.
+  json dep;
+  KubeCallError err;
+  Status st = client_->GetDeployment(ns_, cfg_.deployment, &dep, &err);
+  if (!st.ok()) return done(Fail(ReasonFor(err, st), st.message()), false);
+  std::string current, names;
+  if (!ContainerImage(dep, cfg_.container, &current, &names))
+    return done(
+        Fail("ContainerNotFound", "container \"" + cfg_.container + "\" not found in " + what +
+                                      " (containers: " + (names.empty() ? "none" : names) + ")"),
+        false);
+
+  // 2. Already there?
+  if (current == req.image) {
+    RolloutDecision d;
+    DeployResult fail;
+    json now;
+    if (!Observe(&now, &d, &fail)) return done(fail, false);
+    if (d.phase == RolloutPhase::kComplete) {
+      DeployResult r;
+      r.state = DeployState::kRolledOut;
+      r.message = what + " already runs " + req.image + " (" + d.progress + ")";
+      say("already rolled out: " + d.progress);
+      return done(r, false);
+    }
+  }
+
+  // 3. Patch.
+  json annotations = {{"kiln.dev/candidate", req.candidate},
+                      {"kiln.dev/commit", req.commit},
+                      {"kiln.dev/build-id", req.build_id},
+                      {"kiln.dev/deploy-id", req.deploy_id}};
+  json patch = {
+      {"spec",
+       {{"template",
+         {{"metadata", {{"annotations", annotations}}},
+          {"spec",
+           {{"containers", json::array({{{"name", cfg_.container}, {"image", req.image}}})}}}}}}}};
+  json patched;
+  const int tries = std::max(1, opts_.conflict_attempts);
+  for (int attempt = 0;; ++attempt) {
+    err = KubeCallError();
+    st = client_->PatchDeployment(ns_, cfg_.deployment, patch, &patched, &err);
+    if (st.ok()) break;
+    if (err.reason != "Conflict" || attempt + 1 >= tries)
+      return done(Fail(ReasonFor(err, st), st.message()), false);
+    spdlog::info("kubernetes deploy {}: 409 Conflict patching {}, retrying", req.deploy_id, what);
+    if (SleepOrCancel(opts_.conflict_backoff * (attempt + 1), cancel))
+      return done(Fail("Cancelled", "deploy cancelled while retrying a conflicting patch"), false);
+  }
+  const int64_t generation = Generation(patched);
+  say("patched " + what + " container \"" + cfg_.container + "\" to " + req.image +
+      " (generation " + std::to_string(generation) + ")");
+
+  // 4. Follow the rollout.
+  std::string last_line;
+  Status last_transient;
+  for (;;) {
+    if (cancel && cancel->cancelled())
+      return done(Fail("Cancelled", "deploy cancelled while " + what + " was rolling out" +
+                                        (last_line.empty() ? "" : " (" + last_line + ")")),
+                  true);
+    RolloutDecision d;
+    DeployResult fail;
+    json now;
+    if (!Observe(&now, &d, &fail)) {
+      if (fail.reason != "Unavailable") return done(fail, true);
+      last_transient = Status::Unavailable(fail.message);  // keep polling until the deadline
+    } else if (Generation(now) > generation && generation > 0) {
+      return done(Fail("Superseded", what +
+                                         " was changed by someone else during the rollout "
+                                         "(generation " +
+                                         std::to_string(Generation(now)) + " > " +
+                                         std::to_string(generation) + ")"),
+                  true);
+    } else if (d.phase == RolloutPhase::kComplete) {
+      DeployResult r;
+      r.state = DeployState::kRolledOut;
+      r.message = what + " " + d.message + ", image " + req.image;
+      say("rolled out: " + d.progress);
+      return done(r, true);
+    } else if (d.phase == RolloutPhase::kFailed) {
+      return done(Fail(d.reason, what + ": " + d.message), true);
+    } else if (d.progress != last_line) {
+      last_line = d.progress;
+      say(d.progress);
+    }
+    auto now_t = Clock::now();
+    if (now_t >= deadline) {
+      std::string detail = !last_line.empty() ? last_line : last_transient.message();
+      std::string limit = timeout.count() % 1000 == 0
+                              ? std::to_string(timeout.count() / 1000) + " s"
+                              : std::to_string(timeout.count()) + " ms";
+      return done(Fail("Timeout", what + " did not finish rolling out within " + limit +
+                                      (detail.empty() ? "" : ": " + detail)),
+                  true);
+    }
+    auto wait = std::min<std::chrono::milliseconds>(
+        opts_.poll_interval,
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now_t) +
+            std::chrono::milliseconds(1));
+    if (SleepOrCancel(wait, cancel)) continue;  // the loop head reports the cancellation
+  }
+}
+
+Status KubernetesDeployer::Current(std::string* image) {
+  if (!init_.ok()) return init_;
+  json dep;
+  Status st = client_->GetDeployment(ns_, cfg_.deployment, &dep);
+  if (!st.ok()) return st;
+  std::string names;
+  if (!ContainerImage(dep, cfg_.container, image, &names))
+    return Status::NotFound("container \"" + cfg_.container + "\" not found in deployment \"" +
+                            cfg_.deployment + "\" in namespace \"" + ns_ + "\"");
+  return Status::Ok();
+}
+
+}  // namespace kiln

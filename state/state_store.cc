@@ -1,0 +1,690 @@
+#include "state/state_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+// Journal record types. Never renumber: they are on disk.
+enum RecordType : uint8_t {
+  kBuildStarted = 1,
+  kBuildFinished = 2,
+  kDeploy = 3,
+  kInterrupted = 4,
+  kReserveIds = 5,
+  kCacheDrop = 6,
+};
+
+constexpr uint64_t kIdReserveBlock = 64;
+constexpr int kSnapshotVersion = 1;
+
+const char* StatusName(BuildStatus s) {
+  switch (s) {
+    case BuildStatus::kQueued: return "queued";
+    case BuildStatus::kResolving: return "resolving";
+    case BuildStatus::kRunning: return "running";
+    case BuildStatus::kPushing: return "pushing";
+    case BuildStatus::kSucceeded: return "succeeded";
+    case BuildStatus::kFailed: return "failed";
+    case BuildStatus::kCancelled: return "cancelled";
+    case BuildStatus::kInterrupted: return "interrupted";
+  }
+  return "failed";
+}
+
+BuildStatus StatusFromName(const std::string& n) {
+  static const std::map<std::string, BuildStatus> kNames = {
+      {"queued", BuildStatus::kQueued},       {"resolving", BuildStatus::kResolving},
+      {"running", BuildStatus::kRunning},     {"pushing", BuildStatus::kPushing},
+      {"succeeded", BuildStatus::kSucceeded}, {"failed", BuildStatus::kFailed},
+      {"cancelled", BuildStatus::kCancelled}, {"interrupted", BuildStatus::kInterrupted}};
+  auto it = kNames.find(n);
+  if (it == kNames.end()) throw std::invalid_argument("unknown build status '" + n + "'");
+  return it->second;
+}
+
+bool Final(BuildStatus s) {
+  return s == BuildStatus::kSucceeded || s == BuildStatus::kFailed ||
+         s == BuildStatus::kCancelled || s == BuildStatus::kInterrupted;
+}
+
+// Sequence number of an id "<prefix><16 hex>", or 0 when it is not of that form.
+uint64_t SeqOf(const std::string& id, char prefix) {
+  if (id.size() != 18 || id[0] != prefix || id[1] != '-') return 0;
+  uint64_t v = 0;
+  for (size_t i = 2; i < 18; ++i) {
+    char c = id[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return 0;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+std::string FormatId(char prefix, uint64_t seq) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%c-%016" PRIx64, prefix, seq);
+  return buf;
+}
+
+json TimingsJson(const BuildTimings& t) {
+  return {{"queued_ms", t.queued_ms}, {"build_ms", t.build_ms}, {"push_ms", t.push_ms},
+          {"total_ms", t.total_ms}};
+}
+
+BuildTimings TimingsFrom(const json& j) {
+  BuildTimings t;
+  t.queued_ms = j.value("queued_ms", int64_t{0});
+  t.build_ms = j.value("build_ms", int64_t{0});
+  t.push_ms = j.value("push_ms", int64_t{0});
+  t.total_ms = j.value("total_ms", int64_t{0});
+  return t;
+}
+
+json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
+  json a = json::array();
+  for (const Diagnostic& d : ds) {
+    a.push_back({{"file", d.file}, {"line", d.line}, {"column", d.column},
+                 {"severity", d.severity}, {"message", d.message}});
+  }
+  return a;
+}
+
+std::vector<Diagnostic> DiagnosticsFrom(const json& a) {
+  std::vector<Diagnostic> out;
+  for (const json& j : a) {
+    Diagnostic d;
+    d.file = j.value("file", "");
+    d.line = j.value("line", 0);
+    d.column = j.value("column", 0);
+    d.severity = j.value("severity", "");
+    d.message = j.value("message", "");
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+json BuildJson(const BuildRecord& b) {
+  return {{"id", b.id},
+          {"domain", b.domain},
+          {"candidate", b.candidate},
+          {"commit", b.commit},
+          {"build_key", b.build_key},
+          {"status", StatusName(b.status)},
+          {"image_ref", b.image_ref},
+          {"digest", b.digest},
+          {"diagnostics", DiagnosticsJson(b.diagnostics)},
+          {"timings", TimingsJson(b.timings)},
+          {"error", b.error},
+          {"cache_hit", b.cache_hit},
+          {"started_at_ms", b.started_at_ms},
+          {"finished_at_ms", b.finished_at_ms}};
+}
+
+BuildRecord BuildFrom(const json& j) {
+  BuildRecord b;
+  b.id = j.at("id").get<std::string>();
+  b.domain = j.at("domain").get<std::string>();
+  b.candidate = j.at("candidate").get<std::string>();
+  b.commit = j.value("commit", "");
+  b.build_key = j.value("build_key", "");
+  b.status = StatusFromName(j.at("status").get<std::string>());
+  b.image_ref = j.value("image_ref", "");
+  b.digest = j.value("digest", "");
+  if (j.contains("diagnostics")) b.diagnostics = DiagnosticsFrom(j.at("diagnostics"));
+  if (j.contains("timings")) b.timings = TimingsFrom(j.at("timings"));
+  b.error = j.value("error", "");
+  b.cache_hit = j.value("cache_hit", false);
+  b.started_at_ms = j.value("started_at_ms", int64_t{0});
+  b.finished_at_ms = j.value("finished_at_ms", int64_t{0});
+  return b;
+}
+
+json FinishJson(const BuildFinish& f) {
+  return {{"id", f.id},
+          {"status", StatusName(f.status)},
+          {"image_ref", f.image_ref},
+          {"digest", f.digest},
+          {"diagnostics", DiagnosticsJson(f.diagnostics)},
+          {"timings", TimingsJson(f.timings)},
+          {"error", f.error},
+          {"cache_hit", f.cache_hit},
+          {"finished_at_ms", f.finished_at_ms}};
+}
+
+json DeployJson(const DeployRecord& d) {
+  return {{"deploy_id", d.deploy_id}, {"domain", d.domain}, {"build_id", d.build_id},
+          {"image", d.image},         {"status", d.status}, {"reason", d.reason},
+          {"at_ms", d.at_ms}};
+}
+
+DeployRecord DeployFrom(const json& j) {
+  DeployRecord d;
+  d.deploy_id = j.value("deploy_id", "");
+  d.domain = j.at("domain").get<std::string>();
+  d.build_id = j.value("build_id", "");
+  d.image = j.value("image", "");
+  d.status = j.value("status", "");
+  d.reason = j.value("reason", "");
+  d.at_ms = j.value("at_ms", int64_t{0});
+  return d;
+}
+
+json CacheJson(const CacheEntry& c) {
+  return {{"key", c.key},           {"image_ref", c.image_ref}, {"digest", c.digest},
+          {"built_by", c.built_by}, {"commit", c.commit},       {"at_ms", c.at_ms}};
+}
+
+CacheEntry CacheFrom(const json& j) {
+  CacheEntry c;
+  c.key = j.at("key").get<std::string>();
+  c.image_ref = j.value("image_ref", "");
+  c.digest = j.value("digest", "");
+  c.built_by = j.value("built_by", "");
+  c.commit = j.value("commit", "");
+  c.at_ms = j.value("at_ms", int64_t{0});
+  return c;
+}
+
+using CandidateKey = std::pair<std::string, std::string>;
+
+// JSON text of a record. Strings from builds and agents may hold invalid UTF-8: it is replaced
+// (U+FFFD) rather than thrown on, and replay sees the same replaced text.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+// The in-memory model. Apply* are used both live (after a successful append) and on replay,
+// so replay reproduces exactly the state the live process had.
+struct StateStore::Model {
+  struct Build {
+    BuildRecord record;
+    uint64_t order = 0;  // start order
+  };
+  std::map<BuildId, Build> builds;
+  std::map<CandidateKey, std::map<uint64_t, BuildId>> by_candidate;  // start order -> id
+  std::map<CandidateKey, BuildId> latest;
+  std::map<std::string, BuildId> latest_in_domain;
+  std::map<std::string, DeployRecord> deployed;
+  std::map<std::string, DeployRecord> latest_deploy;
+  std::map<std::string, std::pair<CacheEntry, uint64_t>> cache;  // key -> (entry, put order)
+  std::map<uint64_t, std::string> cache_by_order;
+  uint64_t next_order = 1;
+  uint64_t cache_counter = 1;
+  uint64_t next_seq = 1;       // next build id sequence number to assign
+  uint64_t reserved_seq = 1;   // ids below this may have been handed out (AllocateBuildId)
+  uint64_t next_deploy_seq = 1;
+  size_t max_cache = 10000;
+
+  void ApplyStarted(const BuildRecord& b) {
+    if (builds.count(b.id)) throw std::invalid_argument("duplicate build id " + b.id);
+    uint64_t order = next_order++;
+    builds[b.id] = Build{b, order};
+    by_candidate[{b.domain, b.candidate}][order] = b.id;
+    if (uint64_t s = SeqOf(b.id, 'b')) next_seq = std::max(next_seq, s + 1);
+    if (Final(b.status)) OnFinal(builds[b.id].record);
+  }
+
+  void ApplyFinished(const json& j) {
+    auto it = builds.find(j.at("id").get<std::string>());
+    if (it == builds.end()) throw std::invalid_argument("finish of unknown build");
+    BuildRecord& b = it->second.record;
+    b.status = StatusFromName(j.at("status").get<std::string>());
+    b.image_ref = j.value("image_ref", "");
+    b.digest = j.value("digest", "");
+    b.diagnostics = DiagnosticsFrom(j.at("diagnostics"));
+    b.timings = TimingsFrom(j.at("timings"));
+    b.error = j.value("error", "");
+    b.cache_hit = j.value("cache_hit", false);
+    b.finished_at_ms = j.value("finished_at_ms", int64_t{0});
+    if (Final(b.status)) OnFinal(b);
+  }
+
+  void OnFinal(const BuildRecord& b) {
+    if (b.status != BuildStatus::kSucceeded) return;
+    latest[{b.domain, b.candidate}] = b.id;
+    latest_in_domain[b.domain] = b.id;
+    if (!b.build_key.empty() && !b.digest.empty()) {
+      CachePut(CacheEntry{b.build_key, b.image_ref, b.digest, b.id, b.commit, b.finished_at_ms});
+    }
+  }
+
+  void CachePut(CacheEntry e) {
+    CacheDrop(e.key);
+    uint64_t order = cache_counter++;
+    cache_by_order[order] = e.key;
+    std::string key = e.key;
+    cache[key] = {std::move(e), order};
+    while (cache.size() > max_cache && !cache_by_order.empty()) {
+      CacheDrop(cache_by_order.begin()->second);
+    }
+  }
+
+  void CacheDrop(const std::string& key) {
+    auto it = cache.find(key);
+    if (it == cache.end()) return;
+    cache_by_order.erase(it->second.second);
+    cache.erase(it);
+  }
+
+  void ApplyDeploy(const DeployRecord& d) {
+    latest_deploy[d.domain] = d;
+    if (d.status == "rolled_out") deployed[d.domain] = d;
+    if (uint64_t s = SeqOf(d.deploy_id, 'd')) next_deploy_seq = std::max(next_deploy_seq, s + 1);
+  }
+
+  void ApplyInterrupted(const json& j) {
+    int64_t at = j.value("at_ms", int64_t{0});
+    for (const json& id : j.at("ids")) {
+      auto it = builds.find(id.get<std::string>());
+      if (it == builds.end() || Final(it->second.record.status)) continue;
+      BuildRecord& b = it->second.record;
+      b.status = BuildStatus::kInterrupted;
+      b.finished_at_ms = at;
+      if (b.error.empty()) b.error = "interrupted: kiln stopped during the build";
+    }
+  }
+
+  void Apply(uint8_t type, const json& j) {
+    switch (type) {
+      case kBuildStarted: ApplyStarted(BuildFrom(j)); break;
+      case kBuildFinished: ApplyFinished(j); break;
+      case kDeploy: ApplyDeploy(DeployFrom(j)); break;
+      case kInterrupted: ApplyInterrupted(j); break;
+      case kReserveIds:
+        reserved_seq = std::max(reserved_seq, j.at("upto").get<uint64_t>());
+        break;
+      case kCacheDrop: CacheDrop(j.at("key").get<std::string>()); break;
+      default: throw std::invalid_argument("unknown record type " + std::to_string(type));
+    }
+  }
+
+  bool Referenced(const BuildRecord& b) const {
+    auto l = latest.find({b.domain, b.candidate});
+    if (l != latest.end() && l->second == b.id) return true;
+    auto ld = latest_in_domain.find(b.domain);
+    if (ld != latest_in_domain.end() && ld->second == b.id) return true;
+    for (const auto* m : {&deployed, &latest_deploy}) {
+      auto d = m->find(b.domain);
+      if (d != m->end() && d->second.build_id == b.id) return true;
+    }
+    return false;
+  }
+
+  // Drops the oldest final, unreferenced builds beyond `keep` per candidate.
+  size_t Prune(size_t keep) {
+    size_t dropped = 0;
+    for (auto& [key, ids] : by_candidate) {
+      for (auto it = ids.begin(); ids.size() > keep && it != ids.end();) {
+        const BuildRecord& b = builds.at(it->second).record;
+        if (!Final(b.status) || Referenced(b)) {
+          ++it;
+          continue;
+        }
+        builds.erase(it->second);
+        it = ids.erase(it);
+        ++dropped;
+      }
+    }
+    return dropped;
+  }
+
+  json Snapshot() const {
+    json bs = json::array();
+    std::map<uint64_t, const BuildRecord*> ordered;
+    for (const auto& [id, b] : builds) ordered[b.order] = &b.record;
+    for (const auto& [order, b] : ordered) bs.push_back(BuildJson(*b));
+    json latest_j = json::array();
+    for (const auto& [k, id] : latest) latest_j.push_back({k.first, k.second, id});
+    json deploys = json::array();
+    for (const auto& [d, r] : deployed) deploys.push_back(DeployJson(r));
+    json attempts = json::array();
+    for (const auto& [d, r] : latest_deploy) attempts.push_back(DeployJson(r));
+    json cache_j = json::array();
+    for (const auto& [order, key] : cache_by_order) cache_j.push_back(CacheJson(cache.at(key).first));
+    return {{"version", kSnapshotVersion},
+            {"next_seq", next_seq},
+            {"reserved_seq", reserved_seq},
+            {"next_deploy_seq", next_deploy_seq},
+            {"builds", bs},
+            {"latest", latest_j},
+            {"latest_in_domain", latest_in_domain},
+            {"deployed", deploys},
+            {"latest_deploy", attempts},
+            {"cache", cache_j}};
+  }
+
+  void LoadSnapshot(const json& s) {
+    if (s.at("version").get<int>() != kSnapshotVersion) {
+      throw std::invalid_argument("unsupported snapshot version");
+    }
+    next_seq = s.at("next_seq").get<uint64_t>();
+    reserved_seq = s.at("reserved_seq").get<uint64_t>();
+    next_deploy_seq = s.at("next_deploy_seq").get<uint64_t>();
+    for (const json& b : s.at("builds")) {
+      BuildRecord r = BuildFrom(b);
+      if (builds.count(r.id)) throw std::invalid_argument("duplicate build id " + r.id);
+      uint64_t order = next_order++;
+      const BuildId id = r.id;  // r is moved from below
+      by_candidate[{r.domain, r.candidate}][order] = id;
+      builds[id] = Build{std::move(r), order};
+    }
+    for (const json& l : s.at("latest")) {
+      latest[{l.at(0).get<std::string>(), l.at(1).get<std::string>()}] = l.at(2).get<std::string>();
+    }
+    latest_in_domain = s.at("latest_in_domain").get<std::map<std::string, std::string>>();
+    for (const json& d : s.at("deployed")) {
+      DeployRecord r = DeployFrom(d);
+      deployed[r.domain] = r;
+    }
+    for (const json& d : s.at("latest_deploy")) {
+      DeployRecord r = DeployFrom(d);
+      latest_deploy[r.domain] = r;
+    }
+    for (const json& c : s.at("cache")) CachePut(CacheFrom(c));
+  }
+};
+
+StateStore::StateStore(StateStoreOptions options)
+    : options_(std::move(options)), model_(std::make_unique<Model>()) {
+  model_->max_cache = options_.max_cache_entries;
+}
+
+StateStore::~StateStore() = default;
+
+std::string StateStore::FormatBuildId(uint64_t seq) { return FormatId('b', seq); }
+
+int64_t StateStore::Now() const {
+  if (options_.now_ms) return options_.now_ms();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status StateStore::CheckLoaded() const {
+  if (!journal_) return Status::FailedPrecondition("state store is not loaded");
+  return Status::Ok();
+}
+
+Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
+  std::lock_guard<std::mutex> w(write_mu_);
+  if (journal_) return Status::FailedPrecondition("state store already loaded");
+  auto t0 = std::chrono::steady_clock::now();
+  *summary = LoadSummary{};
+  JournalOptions jo;
+  jo.fs = options_.fs;
+  jo.compact_threshold_bytes = options_.compact_threshold_bytes;
+  jo.sync = options_.sync;
+  std::unique_ptr<Journal> journal;
+  JournalLoad jl;
+  Status s = Journal::Open(dir, jo, &journal, &jl);
+  if (!s.ok()) return s;
+
+  auto m = std::make_unique<Model>();
+  m->max_cache = options_.max_cache_entries;
+  if (jl.has_snapshot) {
+    try {
+      m->LoadSnapshot(json::parse(jl.snapshot));
+    } catch (const std::exception& e) {
+      return Status::Internal("state snapshot in " + dir + " is unreadable: " + e.what());
+    }
+  }
+  for (size_t i = 0; i < jl.records.size(); ++i) {
+    try {
+      m->Apply(jl.records[i].type, json::parse(jl.records[i].payload));
+    } catch (const std::exception& e) {
+      summary->notes.push_back("journal record " + std::to_string(i) + " skipped: " + e.what());
+    }
+  }
+  m->next_seq = std::max(m->next_seq, m->reserved_seq);
+  {
+    std::unique_lock<std::shared_mutex> lock(model_mu_);
+    model_ = std::move(m);
+  }
+  journal_ = std::move(journal);
+
+  std::vector<BuildId> active;
+  for (const auto& [id, b] : model_->builds) {
+    if (!Final(b.record.status)) active.push_back(id);
+  }
+  if (!active.empty()) {
+    s = Commit(kInterrupted, Dump(json{{"ids", active}, {"at_ms", Now()}}));
+    if (!s.ok()) {
+      journal_.reset();
+      std::unique_lock<std::shared_mutex> lock(model_mu_);
+      model_ = std::make_unique<Model>();
+      return s;
+    }
+  }
+  if (!jl.corruptions.empty() || journal_->CompactionDue()) {
+    Status c = CompactLocked();
+    if (!c.ok()) summary->notes.push_back("compaction after load failed: " + c.ToString());
+  }
+
+  summary->builds = model_->builds.size();
+  summary->deploys = model_->latest_deploy.size();
+  summary->cache_entries = model_->cache.size();
+  summary->interrupted = std::move(active);
+  summary->generation = jl.generation;
+  summary->journal_records = jl.records.size();
+  summary->truncated_bytes = jl.truncated_bytes;
+  summary->corruptions = std::move(jl.corruptions);
+  summary->notes.insert(summary->notes.end(), jl.notes.begin(), jl.notes.end());
+  summary->load_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count();
+  return Status::Ok();
+}
+
+Status StateStore::Commit(uint8_t type, const std::string& payload) {
+  Status s = journal_->Append(type, payload);
+  if (!s.ok()) return s;
+  {
+    std::unique_lock<std::shared_mutex> lock(model_mu_);
+    model_->Apply(type, json::parse(payload));  // validated by the caller: cannot throw
+  }
+  return MaybeCompact();
+}
+
+Status StateStore::MaybeCompact() {
+  if (!journal_->CompactionDue()) return Status::Ok();
+  // After a failed compaction (full disk), retry only once the journal grew by another quarter.
+  if (failed_compaction_at_ &&
+      journal_->size() < failed_compaction_at_ + options_.compact_threshold_bytes / 4) {
+    return Status::Ok();
+  }
+  Status c = CompactLocked();
+  if (!c.ok()) {
+    failed_compaction_at_ = journal_->size();
+    spdlog::warn("state: compaction of {} failed (journal keeps growing): {}", journal_->dir(),
+                 c.ToString());
+  }
+  return Status::Ok();  // the record itself is committed
+}
+
+Status StateStore::CompactLocked() {
+  std::string snapshot;
+  {
+    std::unique_lock<std::shared_mutex> lock(model_mu_);
+    model_->Prune(options_.max_builds_per_candidate);
+    snapshot = Dump(model_->Snapshot());
+  }
+  Status s = journal_->Compact(snapshot);
+  if (s.ok()) failed_compaction_at_ = 0;
+  return s;
+}
+
+Status StateStore::Compact() {
+  std::lock_guard<std::mutex> w(write_mu_);
+  Status s = CheckLoaded();
+  return s.ok() ? CompactLocked() : s;
+}
+
+Status StateStore::AllocateBuildId(BuildId* id) {
+  std::lock_guard<std::mutex> w(write_mu_);
+  Status s = CheckLoaded();
+  if (!s.ok()) return s;
+  uint64_t seq = model_->next_seq;
+  if (seq >= model_->reserved_seq) {
+    s = Commit(kReserveIds, Dump(json{{"upto", seq + kIdReserveBlock}}));
+    if (!s.ok()) return s;
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(model_mu_);
+    model_->next_seq = seq + 1;
+  }
+  *id = FormatBuildId(seq);
+  return Status::Ok();
+}
+
+Status StateStore::RecordBuildStarted(BuildRecord* build) {
+  std::lock_guard<std::mutex> w(write_mu_);
+  Status s = CheckLoaded();
+  if (!s.ok()) return s;
+  if (build->domain.empty() || build->candidate.empty()) {
+    return Status::InvalidArgument("build record needs a domain and a candidate");
+  }
+  BuildRecord b = *build;
+  if (b.id.empty()) b.id = FormatBuildId(model_->next_seq);
+  if (model_->builds.count(b.id)) return Status::InvalidArgument("build " + b.id + " already exists");
+  if (b.started_at_ms == 0) b.started_at_ms = Now();
+  s = Commit(kBuildStarted, Dump(BuildJson(b)));
+  if (s.ok()) *build = std::move(b);
+  return s;
+}
+
+Status StateStore::RecordBuildFinished(const BuildFinish& finish) {
+  std::lock_guard<std::mutex> w(write_mu_);
+  Status s = CheckLoaded();
+  if (!s.ok()) return s;
+  auto it = model_->builds.find(finish.id);
+  if (it == model_->builds.end()) return Status::NotFound("build " + finish.id + " not found");
+  if (Final(it->second.record.status)) {
+    return Status::FailedPrecondition("build " + finish.id + " is already " +
+                                      StatusName(it->second.record.status));
+  }
+  BuildFinish f = finish;
+  if (f.finished_at_ms == 0 && Final(f.status)) f.finished_at_ms = Now();
+  return Commit(kBuildFinished, Dump(FinishJson(f)));
+}
+
+Status StateStore::RecordDeploy(DeployRecord* deploy) {
+  std::lock_guard<std::mutex> w(write_mu_);
+  Status s = CheckLoaded();
+  if (!s.ok()) return s;
+  if (deploy->domain.empty() || deploy->status.empty()) {
+    return Status::InvalidArgument("deploy record needs a domain and a status");
+  }
+  DeployRecord d = *deploy;
+  if (d.deploy_id.empty()) d.deploy_id = FormatId('d', model_->next_deploy_seq);
+  if (d.at_ms == 0) d.at_ms = Now();
+  s = Commit(kDeploy, Dump(DeployJson(d)));
+  if (s.ok()) *deploy = std::move(d);
+  return s;
+}
+
+Status StateStore::DropCacheEntry(const std::string& key) {
+  std::lock_guard<std::mutex> w(write_mu_);
+  Status s = CheckLoaded();
+  if (!s.ok()) return s;
+  if (!model_->cache.count(key)) return Status::Ok();
+  return Commit(kCacheDrop, Dump(json{{"key", key}}));
+}
+
+std::optional<BuildRecord> StateStore::Build(const BuildId& id) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  auto it = model_->builds.find(id);
+  if (it == model_->builds.end()) return std::nullopt;
+  return it->second.record;
+}
+
+std::optional<BuildRecord> StateStore::LatestSuccessful(const std::string& domain,
+                                                        const std::string& candidate) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  auto it = model_->latest.find({domain, candidate});
+  if (it == model_->latest.end()) return std::nullopt;
+  auto b = model_->builds.find(it->second);
+  if (b == model_->builds.end()) return std::nullopt;
+  return b->second.record;
+}
+
+std::optional<BuildRecord> StateStore::LatestSuccessfulInDomain(const std::string& domain) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  auto it = model_->latest_in_domain.find(domain);
+  if (it == model_->latest_in_domain.end()) return std::nullopt;
+  auto b = model_->builds.find(it->second);
+  if (b == model_->builds.end()) return std::nullopt;
+  return b->second.record;
+}
+
+std::optional<DeployRecord> StateStore::Deployed(const std::string& domain) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  auto it = model_->deployed.find(domain);
+  if (it == model_->deployed.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<DeployRecord> StateStore::LatestDeploy(const std::string& domain) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  auto it = model_->latest_deploy.find(domain);
+  if (it == model_->latest_deploy.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<CacheEntry> StateStore::CacheLookup(const std::string& key) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  auto it = model_->cache.find(key);
+  if (it == model_->cache.end()) return std::nullopt;
+  return it->second.first;
+}
+
+std::vector<BuildRecord> StateStore::Builds(const std::string& domain, const std::string& candidate,
+                                            size_t limit) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  std::vector<BuildRecord> out;
+  auto it = model_->by_candidate.find({domain, candidate});
+  if (it == model_->by_candidate.end()) return out;
+  for (auto r = it->second.rbegin(); r != it->second.rend() && out.size() < limit; ++r) {
+    out.push_back(model_->builds.at(r->second).record);
+  }
+  return out;
+}
+
+std::vector<BuildRecord> StateStore::ActiveBuilds() const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  std::vector<BuildRecord> out;
+  for (const auto& [id, b] : model_->builds) {
+    if (!Final(b.record.status)) out.push_back(b.record);
+  }
+  return out;
+}
+
+uint64_t StateStore::next_build_seq() const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  return model_->next_seq;
+}
+
+size_t StateStore::build_count() const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  return model_->builds.size();
+}
+
+uint64_t StateStore::journal_bytes() const {
+  std::lock_guard<std::mutex> w(write_mu_);
+  return journal_ ? journal_->size() : 0;
+}
+
+uint64_t StateStore::generation() const {
+  std::lock_guard<std::mutex> w(write_mu_);
+  return journal_ ? journal_->generation() : 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,209 @@
+// StateStore: kiln's durable state across restarts — build records, the latest successful
+// build per (domain, candidate) and per domain, the deployment per domain, the build-key cache
+// and the build-id sequence — as a typed model over a Journal (state/journal.h) in one
+// directory (e.g. <state_dir>/state).
+//
+// Usage (from a worker thread or at start-up, never on an actor thread: writes fsync):
+//
+//   StateStore store(StateStoreOptions{});
+//   LoadSummary summary;
+//   Status s = store.Load(state_dir + "/state", &summary);  // once, before anything else
+//   BuildRecord b;  b.domain = "d"; b.candidate = "main"; b.commit = ...; b.build_key = ...;
+//   s = store.RecordBuildStarted(&b);                         // assigns b.id ("b-<16 hex>")
+//   BuildFinish f;  f.id = b.id; f.status = BuildStatus::kSucceeded; f.digest = ...;
+//   s = store.RecordBuildFinished(f);                         // also fills the key cache
+//   std::optional<BuildRecord> last = store.LatestSuccessful("d", "main");
+//
+// Every Record* call is durable when it returns OK (one journal append + fsync) and changes the
+// in-memory model only then: on an error (ResourceExhausted for a full disk, Internal for EIO)
+// nothing changed, in memory or on disk, and the call may simply be retried later.
+//
+// Load replays snapshot + journal; builds still in a non-final state (the process died during
+// them) become `interrupted` (never succeeded), and that change is itself journaled. A torn
+// journal tail is cut away; corrupt regions in the middle are skipped and listed in
+// LoadSummary::corruptions (the store then compacts, keeping the damaged file as *.corrupt).
+// The journal is compacted into a snapshot when it passes `compact_threshold_bytes`; at that
+// point builds beyond `max_builds_per_candidate` per candidate (oldest first, never one that
+// is referenced as latest, deployed or running) are dropped from memory and disk.
+//
+// Thread-safety: thread-safe. Writers are serialized by one mutex held across the journal
+// I/O; queries take a separate reader lock held only while copying the answer, so they never
+// wait for an fsync or a compaction. Queries return copies.
+// Ownership: `options.fs` (when set) must outlive the store.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/build_types.h"
+#include "common/status.h"
+#include "state/journal.h"
+
+namespace kiln {
+
+/// One build as the store remembers it.
+struct BuildRecord {
+  BuildId id;             // "b-<16 hex>"; assigned by RecordBuildStarted when empty
+  std::string domain;
+  std::string candidate;
+  std::string commit;
+  std::string build_key;  // 64 hex (may be empty when unknown)
+  BuildStatus status = BuildStatus::kQueued;
+  std::string image_ref;  // set when succeeded
+  std::string digest;     // "sha256:<hex>" when succeeded
+  std::vector<Diagnostic> diagnostics;
+  BuildTimings timings;
+  std::string error;      // failure reason (never a credential)
+  bool cache_hit = false;
+  int64_t started_at_ms = 0;   // wall clock (unix ms); filled by RecordBuildStarted when 0
+  int64_t finished_at_ms = 0;  // filled by RecordBuildFinished when 0
+};
+
+/// The end (or a later phase) of a build, for RecordBuildFinished.
+struct BuildFinish {
+  BuildId id;
+  BuildStatus status = BuildStatus::kFailed;  // any status; a final one closes the build
+  std::string image_ref;
+  std::string digest;
+  std::vector<Diagnostic> diagnostics;
+  BuildTimings timings;
+  std::string error;
+  bool cache_hit = false;
+  int64_t finished_at_ms = 0;  // 0: now
+};
+
+/// One deployment attempt of a domain.
+struct DeployRecord {
+  std::string deploy_id;  // caller's id; assigned ("d-<16 hex>") when empty
+  std::string domain;
+  BuildId build_id;
+  std::string image;      // image reference deployed
+  std::string status;     // "in_progress", "rolled_out", "failed" (DeployState names)
+  std::string reason;     // why (failure reason, "rollback", ...)
+  int64_t at_ms = 0;      // filled when 0
+};
+
+/// A build-key cache entry: the image a succeeded build of `key` produced.
+struct CacheEntry {
+  std::string key;
+  std::string image_ref;
+  std::string digest;
+  BuildId built_by;
+  std::string commit;
+  int64_t at_ms = 0;
+};
+
+struct StateStoreOptions {
+  /// nullptr: the real file system.
+  FileSystem* fs = nullptr;
+  /// Compact when the journal passes this size.
+  uint64_t compact_threshold_bytes = uint64_t{4} << 20;
+  /// Builds kept per (domain, candidate) across compactions (referenced ones always kept).
+  size_t max_builds_per_candidate = 200;
+  /// Build-key cache entries kept (least recently stored dropped first).
+  size_t max_cache_entries = 10000;
+  /// fsync each record (false only for tests/benchmarks that never crash).
+  bool sync = true;
+  /// Wall clock in unix milliseconds (default: system_clock).
+  std::function<int64_t()> now_ms;
+};
+
+/// What Load found.
+struct LoadSummary {
+  size_t builds = 0;
+  size_t deploys = 0;        // domains with a deploy record
+  size_t cache_entries = 0;
+  std::vector<BuildId> interrupted;  // builds marked interrupted by this load
+  uint64_t generation = 0;
+  uint64_t journal_records = 0;
+  uint64_t truncated_bytes = 0;      // torn tail cut away
+  std::vector<std::string> corruptions;
+  std::vector<std::string> notes;    // leftovers removed, unknown records skipped, ...
+  int64_t load_ms = 0;
+};
+
+class StateStore {
+ public:
+  explicit StateStore(StateStoreOptions options);
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+  ~StateStore();
+
+  /// Opens `dir` (created when missing) and loads it; call once, before any other method
+  /// (they return FailedPrecondition until it succeeded). Returns FailedPrecondition when
+  /// another process uses `dir`, Internal for a corrupt snapshot or unreadable state, or the
+  /// error of journaling the interrupted builds (the store stays unloaded; retry later).
+  Status Load(const std::string& dir, LoadSummary* summary);
+
+  /// A fresh build id that was never and will never be handed out by this directory, even
+  /// across restarts (reserved in blocks, journaled). Returns the journal error on failure.
+  Status AllocateBuildId(BuildId* id);
+
+  /// Records a new build (status usually queued or running). Assigns `build->id` when empty and
+  /// `started_at_ms` when 0. InvalidArgument when domain/candidate are empty or the id exists.
+  Status RecordBuildStarted(BuildRecord* build);
+
+  /// Records a phase change or the end of a build. A succeeded build becomes the latest of its
+  /// candidate and domain, and its build key (when set) enters the cache. NotFound for an
+  /// unknown id; FailedPrecondition when the build is already final.
+  Status RecordBuildFinished(const BuildFinish& finish);
+
+  /// Records a deployment attempt; `Deployed(domain)` is the newest rolled_out one and
+  /// `LatestDeploy(domain)` the newest of any status. Assigns deploy_id and at_ms when empty.
+  Status RecordDeploy(DeployRecord* deploy);
+
+  /// Drops a build-key cache entry (e.g. the image is gone from the registry). OK when absent.
+  Status DropCacheEntry(const std::string& key);
+
+  /// Writes a snapshot and starts a new journal now (also done automatically).
+  Status Compact();
+
+  std::optional<BuildRecord> Build(const BuildId& id) const;
+  std::optional<BuildRecord> LatestSuccessful(const std::string& domain,
+                                              const std::string& candidate) const;
+  std::optional<BuildRecord> LatestSuccessfulInDomain(const std::string& domain) const;
+  std::optional<DeployRecord> Deployed(const std::string& domain) const;
+  std::optional<DeployRecord> LatestDeploy(const std::string& domain) const;
+  std::optional<CacheEntry> CacheLookup(const std::string& key) const;
+  /// Builds of a candidate, newest first, at most `limit`.
+  std::vector<BuildRecord> Builds(const std::string& domain, const std::string& candidate,
+                                  size_t limit = 50) const;
+  /// Builds not in a final state.
+  std::vector<BuildRecord> ActiveBuilds() const;
+  /// The sequence number the next assigned build id will carry.
+  uint64_t next_build_seq() const;
+  size_t build_count() const;
+  uint64_t journal_bytes() const;
+  uint64_t generation() const;
+
+  /// "b-" + 16 lowercase hex digits of `seq`.
+  static std::string FormatBuildId(uint64_t seq);
+
+  struct Model;  // the in-memory state (defined in state_store.cc)
+
+ private:
+  Status CheckLoaded() const;
+  // Appends one record and, on success, applies it to the model. Requires write_mu_.
+  Status Commit(uint8_t type, const std::string& payload);
+  Status MaybeCompact();  // requires write_mu_
+  Status CompactLocked();
+  int64_t Now() const;
+
+  const StateStoreOptions options_;
+  mutable std::mutex write_mu_;         // serializes writers and the journal
+  std::unique_ptr<Journal> journal_;    // guarded by write_mu_
+  uint64_t failed_compaction_at_ = 0;   // journal size of the last failed compaction
+  mutable std::shared_mutex model_mu_;  // writers hold it exclusively only to apply
+  std::unique_ptr<Model> model_;        // guarded by model_mu_ (written under write_mu_ too)
+};
+
+}  // namespace kiln
