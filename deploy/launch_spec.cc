@@ -22,17 +22,21 @@ Status Strings(const json& cfg, const char* key, std::vector<std::string>* out) 
   out->clear();
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return Status::Ok();
-  if (!it->is_array()) return Status::InvalidArgument(std::string("image config: ") + key + " is not an array");
+  if (!it->is_array())
+    return Status::InvalidArgument(std::string("image config: ") + key + " is not an array");
   for (const auto& v : *it) {
-    if (!v.is_string()) return Status::InvalidArgument(std::string("image config: ") + key + " has a non-string");
-    if (HasNul(v.get<std::string>())) return Status::InvalidArgument(std::string("image config: NUL byte in ") + key);
+    if (!v.is_string())
+      return Status::InvalidArgument(std::string("image config: ") + key + " has a non-string");
+    if (HasNul(v.get<std::string>()))
+      return Status::InvalidArgument(std::string("image config: NUL byte in ") + key);
     out->push_back(v.get<std::string>());
   }
   return Status::Ok();
 }
 
 bool ParseId(const std::string& s, uint32_t* v) {
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+    return false;
   *v = static_cast<uint32_t>(std::stoul(s));
   return true;
 }
@@ -57,7 +61,8 @@ Status ParseImageRef(const std::string& ref, ImageRef* out) {
 }
 
 Status DecideLaunch(const json& image_config, int port, LaunchSpec* out) {
-  if (!image_config.is_object()) return Status::InvalidArgument("image config is not a JSON object");
+  if (!image_config.is_object())
+    return Status::InvalidArgument("image config is not a JSON object");
   static const json kEmpty = json::object();
   auto it = image_config.find("config");
   const json& c = (it != image_config.end() && it->is_object()) ? *it : kEmpty;
@@ -68,7 +73,8 @@ Status DecideLaunch(const json& image_config, int port, LaunchSpec* out) {
   if (Status st = Strings(c, "Env", &env); !st.ok()) return st;
   spec.argv = entry;
   spec.argv.insert(spec.argv.end(), cmd.begin(), cmd.end());
-  if (spec.argv.empty()) return Status::InvalidArgument("image config has neither Entrypoint nor Cmd");
+  if (spec.argv.empty())
+    return Status::InvalidArgument("image config has neither Entrypoint nor Cmd");
   for (const auto& kv : env) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || !ValidEnvName(kv.substr(0, eq))) continue;
@@ -77,9 +83,11 @@ Status DecideLaunch(const json& image_config, int port, LaunchSpec* out) {
   spec.env["PORT"] = std::to_string(port);
   spec.env.emplace("PATH", kDefaultPath);
   spec.env.emplace("HOME", "/");
-  if (auto w = c.find("WorkingDir"); w != c.end() && w->is_string() && !w->get<std::string>().empty()) {
+  if (auto w = c.find("WorkingDir");
+      w != c.end() && w->is_string() && !w->get<std::string>().empty()) {
     std::string wd = w->get<std::string>();
-    if (wd.front() != '/' || HasNul(wd)) return Status::InvalidArgument("image config: WorkingDir must be absolute");
+    if (wd.front() != '/' || HasNul(wd))
+      return Status::InvalidArgument("image config: WorkingDir must be absolute");
     spec.cwd = wd;
   }
   if (auto u = c.find("User"); u != c.end() && u->is_string()) {
@@ -94,14 +102,76 @@ Status DecideLaunch(const json& image_config, int port, LaunchSpec* out) {
       spec.uid = v;
       spec.gid = v;
       if (colon != std::string::npos) {
-        if (!ParseId(gid, &v)) return Status::InvalidArgument("image config: User group must be numeric: " + user);
+        if (!ParseId(gid, &v))
+          return Status::InvalidArgument("image config: User group must be numeric: " + user);
         spec.gid = v;
       }
+    } else if (!uid.empty() && HasNul(user) == false && uid.find('/') == std::string::npos) {
+      spec.user_name = uid;
+      if (colon != std::string::npos) {
+        if (ParseId(gid, &v))
+          spec.gid = v;
+        else if (!gid.empty())
+          spec.group_name = gid;
+        else
+          return Status::InvalidArgument("image config: User has an empty group: " + user);
+      }
     } else {
-      return Status::InvalidArgument("image config: User must be numeric (uid[:gid]) for the local target: " + user);
+      return Status::InvalidArgument("image config: malformed User: " + user);
     }
   }
   *out = std::move(spec);
+  return Status::Ok();
+}
+
+namespace {
+
+// Finds `name` in a passwd/group style file: fields separated by ':', the name first and the
+// numeric id third. Returns the line's fields, or empty when absent.
+std::vector<std::string> FindEntry(const std::string& text, const std::string& name) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    std::vector<std::string> f;
+    size_t a = 0;
+    while (true) {
+      size_t b = line.find(':', a);
+      f.push_back(line.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    if (f.size() >= 3 && f[0] == name) return f;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status ResolveUserNames(const std::string& passwd, const std::string& group, LaunchSpec* spec) {
+  uint32_t v = 0;
+  if (!spec->user_name.empty()) {
+    auto f = FindEntry(passwd, spec->user_name);
+    if (f.size() < 4 || !ParseId(f[2], &v))
+      return Status::InvalidArgument("image config: User '" + spec->user_name +
+                                     "' is not in the image's /etc/passwd");
+    spec->uid = v;
+    if (!spec->gid) {
+      if (!ParseId(f[3], &v))
+        return Status::InvalidArgument("image config: /etc/passwd entry of '" + spec->user_name +
+                                       "' has no numeric group");
+      spec->gid = v;
+    }
+  }
+  if (!spec->group_name.empty()) {
+    auto f = FindEntry(group, spec->group_name);
+    if (f.size() < 3 || !ParseId(f[2], &v))
+      return Status::InvalidArgument("image config: group '" + spec->group_name +
+                                     "' is not in the image's /etc/group");
+    spec->gid = v;
+  }
   return Status::Ok();
 }
 
@@ -112,12 +182,19 @@ std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::str
                                 "--unshare-user",
                                 "--die-with-parent",
                                 "--new-session",
-                                "--cap-drop", "ALL",
-                                "--bind", rootfs, "/",
-                                "--proc", "/proc",
-                                "--dev", "/dev",
-                                "--tmpfs", "/tmp",
-                                "--hostname", "candidate",
+                                "--cap-drop",
+                                "ALL",
+                                "--bind",
+                                rootfs,
+                                "/",
+                                "--proc",
+                                "/proc",
+                                "--dev",
+                                "/dev",
+                                "--tmpfs",
+                                "/tmp",
+                                "--hostname",
+                                "candidate",
                                 "--clearenv"};
   for (const auto& [k, v] : spec.env) {
     a.insert(a.end(), {"--setenv", k, v});

@@ -9,11 +9,10 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -33,7 +32,15 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;  // the process's entire environment
   std::string cwd = "/";                   // absolute
   std::optional<uint32_t> uid, gid;        // from a numeric User; nullopt: root
+  std::string user_name, group_name;       // a named User ("nobody[:nogroup]"): resolve with
+                                           // ResolveUserNames against the image's files
 };
+
+/// Resolves spec->user_name / group_name with the text of the image's /etc/passwd and
+/// /etc/group (as runtimes do): sets uid and gid (the user's primary group unless a group is
+/// named). InvalidArgument "image config: User 'x' is not in the image's /etc/passwd" when it
+/// cannot be found. No-op when no name is set.
+Status ResolveUserNames(const std::string& passwd, const std::string& group, LaunchSpec* spec);
 
 /// PATH used when the image's Env has none.
 inline constexpr char kDefaultPath[] =
@@ -43,8 +50,9 @@ inline constexpr char kDefaultPath[] =
 /// used). Env entries "K=V" in order (later wins; entries without '=' or with a bad name are
 /// dropped), then PORT=<port> (always wins), PATH defaulted, HOME defaulted to "/".
 /// Returns InvalidArgument when Entrypoint and Cmd are both empty, when they or Env are not
-/// arrays of strings, when WorkingDir is relative, when User is not "", "root", "<uid>" or
-/// "<uid>:<gid>", or for a NUL byte in any argument or variable.
+/// arrays of strings, when WorkingDir is relative, when User is malformed, or for a NUL byte
+/// in any argument or variable. A named User is kept in user_name/group_name for
+/// ResolveUserNames.
 Status DecideLaunch(const nlohmann::json& image_config, int port, LaunchSpec* out);
 
 /// The bwrap argv ("bwrap", options..., "--", argv...) running `spec` with `rootfs` (a host

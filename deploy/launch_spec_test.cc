@@ -20,10 +20,10 @@ TEST(ParseImageRef, AcceptsDigestReferences) {
 
 TEST(ParseImageRef, RejectsTagsAndMalformed) {
   ImageRef r;
-  for (const std::string& bad : std::vector<std::string>{"127.0.0.1:5110/kiln/demo:latest", "kiln@sha256:" + kHex,
-                                "h/r@sha256:" + std::string(63, 'a'), "h/r@sha512:" + kHex,
-                                "h/../r@sha256:" + kHex, "/r@sha256:" + kHex,
-                                "h/r@sha256:" + std::string(64, 'A')})
+  for (const std::string& bad : std::vector<std::string>{
+           "127.0.0.1:5110/kiln/demo:latest", "kiln@sha256:" + kHex,
+           "h/r@sha256:" + std::string(63, 'a'), "h/r@sha512:" + kHex, "h/../r@sha256:" + kHex,
+           "/r@sha256:" + kHex, "h/r@sha256:" + std::string(64, 'A')})
     EXPECT_EQ(ParseImageRef(bad, &r).code(), Status::Code::kInvalidArgument) << bad;
 }
 
@@ -37,8 +37,8 @@ TEST(DecideLaunch, EntrypointCmdEnvAndPort) {
   ASSERT_TRUE(DecideLaunch(cfg, 19100, &s).ok());
   EXPECT_EQ(s.argv, (std::vector<std::string>{"/bin/busybox", "sh", "-c", "exec httpd -p $PORT"}));
   EXPECT_EQ(s.env.at("PATH"), "/bin");
-  EXPECT_EQ(s.env.at("A"), "2");          // later wins
-  EXPECT_EQ(s.env.at("PORT"), "19100");   // kiln's port always wins
+  EXPECT_EQ(s.env.at("A"), "2");         // later wins
+  EXPECT_EQ(s.env.at("PORT"), "19100");  // kiln's port always wins
   EXPECT_EQ(s.env.at("E"), "");
   EXPECT_EQ(s.env.count("bad"), 0u);
   EXPECT_EQ(s.env.count("1X"), 0u);
@@ -57,7 +57,8 @@ TEST(DecideLaunch, DefaultsAndCmdOnly) {
 
 TEST(DecideLaunch, NumericUser) {
   LaunchSpec s;
-  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "1000:2000"}}}}, 1, &s).ok());
+  ASSERT_TRUE(
+      DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "1000:2000"}}}}, 1, &s).ok());
   EXPECT_EQ(*s.uid, 1000u);
   EXPECT_EQ(*s.gid, 2000u);
   ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "65534"}}}}, 1, &s).ok());
@@ -69,14 +70,38 @@ TEST(DecideLaunch, NumericUser) {
 
 TEST(DecideLaunch, Rejections) {
   LaunchSpec s;
-  auto bad = [&](json cfg) { return DecideLaunch(cfg, 1, &s).code() == Status::Code::kInvalidArgument; };
-  EXPECT_TRUE(bad(json{{"config", json::object()}}));                        // nothing to run
+  auto bad = [&](json cfg) {
+    return DecideLaunch(cfg, 1, &s).code() == Status::Code::kInvalidArgument;
+  };
+  EXPECT_TRUE(bad(json{{"config", json::object()}}));  // nothing to run
   EXPECT_TRUE(bad(json::array()));
-  EXPECT_TRUE(bad(json{{"config", {{"Cmd", "/app"}}}}));                     // not an array
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", "/app"}}}}));  // not an array
   EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app", 1}}}}}));
   EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app"}}, {"WorkingDir", "rel"}}}}));
-  EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody"}}}}));
+  EXPECT_TRUE(bad(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody:"}}}}));
   EXPECT_TRUE(bad(json{{"config", {{"Cmd", {std::string("a\0b", 3)}}}}}));
+}
+
+TEST(DecideLaunch, NamedUserResolvedFromTheImagesFiles) {
+  LaunchSpec s;
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody"}}}}, 1, &s).ok());
+  EXPECT_EQ(s.user_name, "nobody");
+  EXPECT_FALSE(s.uid.has_value());
+  const std::string passwd = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65533:nobody:/:/bin/false\n";
+  const std::string group = "root:x:0:\nnogroup:x:65500:\n";
+  ASSERT_TRUE(ResolveUserNames(passwd, group, &s).ok());
+  EXPECT_EQ(*s.uid, 65534u);
+  EXPECT_EQ(*s.gid, 65533u);  // the user's primary group
+  LaunchSpec g;
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody:nogroup"}}}}, 1, &g).ok());
+  ASSERT_TRUE(ResolveUserNames(passwd, group, &g).ok());
+  EXPECT_EQ(*g.gid, 65500u);
+  LaunchSpec m;
+  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "ghost"}}}}, 1, &m).ok());
+  Status st = ResolveUserNames(passwd, group, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("'ghost' is not in the image's /etc/passwd"), std::string::npos);
+  EXPECT_FALSE(ResolveUserNames("", "", &m).ok());  // an image without /etc/passwd
 }
 
 TEST(LocalSandboxArgv, IsolatesEverything) {

@@ -1,5 +1,7 @@
 #include "deploy/local_deployer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,6 +20,38 @@
 
 namespace kiln {
 namespace {
+
+// Reads a small regular file of an extracted root without following symlinks anywhere on the
+// way (the image's author controls them); "" when it is absent, a symlink or too large.
+std::string ReadRootFile(const std::string& root, const std::string& rel) {
+  int dir = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return "";
+  std::string out;
+  size_t start = 0;
+  while (dir >= 0) {
+    size_t slash = rel.find('/', start);
+    std::string part = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    bool last = slash == std::string::npos;
+    int fd = ::openat(dir, part.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? 0 : O_DIRECTORY));
+    ::close(dir);
+    dir = -1;
+    if (fd < 0) break;
+    if (!last) {
+      dir = fd;
+      start = slash + 1;
+      continue;
+    }
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 20)) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+  }
+  return out;
+}
+
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -127,7 +161,8 @@ DeployResult LocalDeployer::Deploy(const DeployRequest& req, const DeployProgres
   auto t0 = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shutdown_) return Failed("Unavailable", "the local deploy target of " + domain_ + " is shut down");
+    if (shutdown_)
+      return Failed("Unavailable", "the local deploy target of " + domain_ + " is shut down");
     deploying_ = true;
   }
   DeployProgressFn say = [&progress](const std::string& line) {
@@ -159,7 +194,8 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
   }
   if (Status st = forwarder_->Listen(); !st.ok()) return Failed("Unavailable", st.message());
   if (ref.host != registry_->host())
-    return Failed("ImageFetchFailed", "image " + req.image + " is not in the domain's registry " + registry_->host());
+    return Failed("ImageFetchFailed",
+                  "image " + req.image + " is not in the domain's registry " + registry_->host());
 
   progress("fetching layers");
   Fetched img;
@@ -169,13 +205,16 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
   }
 
   LaunchSpec spec;
-  if (Status st = DecideLaunch(img.config, config_.port, &spec); !st.ok()) return Failed("StartFailed", st.message());
+  if (Status st = DecideLaunch(img.config, config_.port, &spec); !st.ok())
+    return Failed("StartFailed", st.message());
 
   auto cand = std::make_unique<Candidate>();
   cand->image = req.image;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cand->rootfs = (fs::path(work_dir_) / "rootfs" / (std::to_string(++seq_) + "-" + ref.digest.substr(7, 12))).string();
+    cand->rootfs =
+        (fs::path(work_dir_) / "rootfs" / (std::to_string(++seq_) + "-" + ref.digest.substr(7, 12)))
+            .string();
   }
   std::error_code ec;
   fs::remove_all(cand->rootfs, ec);
@@ -198,20 +237,27 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
     }
   }
   Status prep = PrepareMountPoints(cand->rootfs);
-  if (prep.ok()) prep = EnsureDirectoryInRoot(cand->rootfs, spec.cwd);  // as docker: WorkingDir is created
+  if (prep.ok())
+    prep = EnsureDirectoryInRoot(cand->rootfs, spec.cwd);  // as docker: WorkingDir is created
+  if (prep.ok() && (!spec.user_name.empty() || !spec.group_name.empty()))
+    prep = ResolveUserNames(ReadRootFile(cand->rootfs, "etc/passwd"),
+                            ReadRootFile(cand->rootfs, "etc/group"), &spec);
   if (Status st = prep; !st.ok()) {
     StopCandidate(std::move(cand));
     return Failed("StartFailed", st.message());
   }
   if (stats.neutralized > 0)
-    progress(std::to_string(stats.neutralized) + " layer entries tried to leave the root; kept inside it");
+    progress(std::to_string(stats.neutralized) +
+             " layer entries tried to leave the root; kept inside it");
   if (Interrupted(cancel)) {
     StopCandidate(std::move(cand));
     return Failed("Cancelled", "deploy cancelled");
   }
 
   DeployResult result;
-  if (!StartAndCheck(cand.get(), LocalSandboxArgv(spec, cand->rootfs, kInfoFd), progress, cancel, &result)) {
+  if (!StartAndCheck(cand.get(), LocalSandboxArgv(spec, cand->rootfs, kInfoFd), progress, cancel,
+                     &result)) {
+    result.changed = cand->proc != nullptr;  // a process was started (and is stopped now)
     StopCandidate(std::move(cand));
     return result;
   }
@@ -246,7 +292,8 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
   std::unique_ptr<SandboxProcess> proc;
   // Forked on the launcher thread: --die-with-parent follows the forking thread.
   if (!launcher_->Run([&] {
-        st = SandboxProcess::Start(argv, kInfoFd, opts_.output_tail_bytes, opts_.start_timeout, &proc);
+        st = SandboxProcess::Start(argv, kInfoFd, opts_.output_tail_bytes, opts_.start_timeout,
+                                   &proc);
       }))
     st = Status::Unavailable("the local deploy target is shut down");
   if (!st.ok()) {
@@ -263,8 +310,9 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
     while (!(exited = cand->proc->Exited(&code)) && Clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     cand->proc->DrainOutput(std::chrono::milliseconds(500));
-    std::string what = exited ? "the process exited with status " + std::to_string(code) + " before it was healthy"
-                              : "cannot enter the candidate's network: " + st.message();
+    std::string what =
+        exited ? "the process exited with status " + std::to_string(code) + " before it was healthy"
+               : "cannot enter the candidate's network: " + st.message();
     *result = Failed("StartFailed", WithOutput(what, cand->proc->OutputTail()));
     return false;
   }
@@ -279,9 +327,10 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
     int code = 0;
     if (cand->proc->Exited(&code)) {
       cand->proc->DrainOutput(std::chrono::milliseconds(500));
-      *result = Failed("StartFailed", WithOutput("the process exited with status " + std::to_string(code) +
-                                                     " before it was healthy",
-                                                 cand->proc->OutputTail()));
+      *result =
+          Failed("StartFailed", WithOutput("the process exited with status " +
+                                               std::to_string(code) + " before it was healthy",
+                                           cand->proc->OutputTail()));
       return false;
     }
     int fd = -1;
@@ -297,9 +346,9 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
     }
     if (Clock::now() >= deadline) {
       *result = Failed("HealthCheckFailed",
-                       WithOutput("GET " + config_.health_path + " on port " + std::to_string(config_.port) +
-                                      " did not answer 200 within " + Seconds(opts_.start_timeout) +
-                                      " (last: " + last + ")",
+                       WithOutput("GET " + config_.health_path + " on port " +
+                                      std::to_string(config_.port) + " did not answer 200 within " +
+                                      Seconds(opts_.start_timeout) + " (last: " + last + ")",
                                   cand->proc->OutputTail()));
       return false;
     }
@@ -307,7 +356,8 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
   }
 }
 
-Status LocalDeployer::FetchBlob(const std::string& repo, const std::string& digest, std::string* data) {
+Status LocalDeployer::FetchBlob(const std::string& repo, const std::string& digest,
+                                std::string* data) {
   if (digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(digest.substr(7)))
     return Status::InvalidArgument("bad layer digest " + digest);
   fs::path dir = fs::path(work_dir_) / "blobs" / "sha256";
@@ -340,31 +390,39 @@ Status LocalDeployer::FetchImage(const std::string& repo, const std::string& dig
                                  const DeployProgressFn& progress, const CancelToken* cancel,
                                  Fetched* out) {
   std::string body, media_type, got;
-  if (Status st = registry_->GetManifest(repo, digest, &body, &media_type, &got); !st.ok()) return st;
+  if (Status st = registry_->GetManifest(repo, digest, &body, &media_type, &got); !st.ok())
+    return st;
   json m = json::parse(body, nullptr, false);
-  if (m.is_discarded() || !m.is_object()) return Status::InvalidArgument("the manifest is not JSON");
+  if (m.is_discarded() || !m.is_object())
+    return Status::InvalidArgument("the manifest is not JSON");
   if (m.contains("manifests")) {  // an index / manifest list: pick linux/amd64
     std::string pick;
     if (m["manifests"].is_array()) {
       for (const auto& e : m["manifests"]) {
         if (!e.is_object() || !e.contains("platform") || !e["platform"].is_object()) continue;
-        if (e["platform"].value("os", "") == "linux" && e["platform"].value("architecture", "") == "amd64") {
+        if (e["platform"].value("os", "") == "linux" &&
+            e["platform"].value("architecture", "") == "amd64") {
           pick = e.value("digest", "");
           break;
         }
       }
     }
     if (pick.empty()) return Status::NotFound("the image index has no linux/amd64 manifest");
-    if (Status st = registry_->GetManifest(repo, pick, &body, &media_type, &got); !st.ok()) return st;
+    if (Status st = registry_->GetManifest(repo, pick, &body, &media_type, &got); !st.ok())
+      return st;
     m = json::parse(body, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) return Status::InvalidArgument("the manifest is not JSON");
+    if (m.is_discarded() || !m.is_object())
+      return Status::InvalidArgument("the manifest is not JSON");
   }
-  if (!m.contains("config") || !m["config"].is_object() || !m.contains("layers") || !m["layers"].is_array())
+  if (!m.contains("config") || !m["config"].is_object() || !m.contains("layers") ||
+      !m["layers"].is_array())
     return Status::InvalidArgument("the manifest has no config or layers");
   std::string cfg;
-  if (Status st = registry_->GetBlob(repo, m["config"].value("digest", ""), &cfg); !st.ok()) return st;
+  if (Status st = registry_->GetBlob(repo, m["config"].value("digest", ""), &cfg); !st.ok())
+    return st;
   out->config = json::parse(cfg, nullptr, false);
-  if (out->config.is_discarded() || !out->config.is_object()) return Status::InvalidArgument("the image config is not JSON");
+  if (out->config.is_discarded() || !out->config.is_object())
+    return Status::InvalidArgument("the image config is not JSON");
   out->layers.clear();
   for (const auto& l : m["layers"]) {
     if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string())
@@ -376,8 +434,8 @@ Status LocalDeployer::FetchImage(const std::string& repo, const std::string& dig
     if (Interrupted(cancel)) return Status::Cancelled("deploy cancelled");
     std::string blob;
     if (Status st = FetchBlob(repo, d, &blob); !st.ok()) return st;
-    progress("layer " + std::to_string(++i) + "/" + std::to_string(out->layers.size()) + " " + d.substr(0, 19) +
-             " (" + std::to_string(blob.size()) + " bytes)");
+    progress("layer " + std::to_string(++i) + "/" + std::to_string(out->layers.size()) + " " +
+             d.substr(0, 19) + " (" + std::to_string(blob.size()) + " bytes)");
   }
   return Status::Ok();
 }

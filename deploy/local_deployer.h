@@ -29,10 +29,9 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "builder/registry_client.h"
 #include "config/config.h"

@@ -54,7 +54,8 @@ std::pair<int, std::string> HttpGet(int port, const std::string& path) {
   (void)!send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string resp;
   char buf[4096];
-  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) resp.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;)
+    resp.append(buf, static_cast<size_t>(n));
   close(fd);
   if (resp.size() < 12 || resp.compare(0, 5, "HTTP/") != 0) return {0, resp};
   int code = std::atoi(resp.substr(9, 3).c_str());
@@ -79,7 +80,8 @@ std::map<pid_t, std::string> ProcessesMentioning(const std::string& needle) {
 
 std::string Dump(const std::map<pid_t, std::string>& procs) {
   std::string out;
-  for (const auto& [pid, cmd] : procs) out += std::to_string(pid) + ": " + cmd.substr(0, 200) + "\n";
+  for (const auto& [pid, cmd] : procs)
+    out += std::to_string(pid) + ": " + cmd.substr(0, 200) + "\n";
   return out;
 }
 
@@ -99,8 +101,8 @@ class Registry : public ::testing::Environment {
     dir = mkdtemp(tmpl);
     outside = dir + "/outside";
     fs::create_directories(outside);
-    std::string cmd = std::string(KILN_REGISTRY_SCRIPT) + " start --dir " + dir + "/registry --port " +
-                      std::to_string(kRegistryPort) + " 2>&1";
+    std::string cmd = std::string(KILN_REGISTRY_SCRIPT) + " start --dir " + dir +
+                      "/registry --port " + std::to_string(kRegistryPort) + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
     std::string out;
@@ -119,7 +121,8 @@ class Registry : public ::testing::Environment {
   }
 
   void TearDown() override {
-    std::string cmd = std::string(KILN_REGISTRY_SCRIPT) + " stop --dir " + dir + "/registry >/dev/null 2>&1";
+    std::string cmd =
+        std::string(KILN_REGISTRY_SCRIPT) + " stop --dir " + dir + "/registry >/dev/null 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0);
     fs::remove_all(dir);
   }
@@ -151,10 +154,14 @@ class Registry : public ::testing::Environment {
   }
 
   // Pushes base + layers with `cmd` as Entrypoint; returns the image by digest.
-  static std::string Push(RegistryClient* c, const std::vector<LayerBlob>& layers, const json& entrypoint,
-                          const std::string& tag) {
-    json cfg = {{"architecture", "amd64"}, {"os", "linux"},
-                {"config", {{"Entrypoint", entrypoint}, {"Env", {"PATH=/bin", "GREETING=hello"}}, {"WorkingDir", "/www"}}},
+  static std::string Push(RegistryClient* c, const std::vector<LayerBlob>& layers,
+                          const json& entrypoint, const std::string& tag) {
+    json cfg = {{"architecture", "amd64"},
+                {"os", "linux"},
+                {"config",
+                 {{"Entrypoint", entrypoint},
+                  {"Env", {"PATH=/bin", "GREETING=hello"}},
+                  {"WorkingDir", "/www"}}},
                 {"rootfs", {{"type", "layers"}, {"diff_ids", json::array()}}}};
     json mlayers = json::array();
     for (const auto& l : layers) {
@@ -162,7 +169,8 @@ class Registry : public ::testing::Environment {
       bool gz = l.data.size() > 1 && static_cast<unsigned char>(l.data[0]) == 0x1f;
       mlayers.push_back({{"mediaType", gz ? "application/vnd.oci.image.layer.v1.tar+gzip"
                                           : "application/vnd.oci.image.layer.v1.tar"},
-                         {"digest", l.digest}, {"size", l.size}});
+                         {"digest", l.digest},
+                         {"size", l.size}});
       bool exists = false;
       EXPECT_TRUE(c->BlobExists(kRepo, l.digest, &exists).ok());
       if (!exists) {
@@ -172,8 +180,12 @@ class Registry : public ::testing::Environment {
     std::string cfgs = cfg.dump();
     std::string cfgd = "sha256:" + Sha256Hex(cfgs);
     EXPECT_TRUE(c->PutBlob(kRepo, cfgd, cfgs).ok());
-    json m = {{"schemaVersion", 2}, {"mediaType", kOciManifestType},
-              {"config", {{"mediaType", "application/vnd.oci.image.config.v1+json"}, {"digest", cfgd}, {"size", cfgs.size()}}},
+    json m = {{"schemaVersion", 2},
+              {"mediaType", kOciManifestType},
+              {"config",
+               {{"mediaType", "application/vnd.oci.image.config.v1+json"},
+                {"digest", cfgd},
+                {"size", cfgs.size()}}},
               {"layers", mlayers}};
     std::string digest;
     Status st = c->PutManifest(kRepo, tag, kOciManifestType, m.dump(), &digest);
@@ -185,13 +197,16 @@ class Registry : public ::testing::Environment {
     RegistryClient c({url, auth_file, std::nullopt});
     LayerBlob base = Layer({{"/bin/busybox", ReadFile("/bin/busybox")}});
     ASSERT_GT(base.size, 100000u);
-    const json httpd = {"/bin/busybox", "sh", "-c", "exec /bin/busybox httpd -f -p 127.0.0.1:$PORT -h /www"};
+    const json httpd = {"/bin/busybox", "sh", "-c",
+                        "exec /bin/busybox httpd -f -p 127.0.0.1:$PORT -h /www"};
     images.a = Push(&c, {base, Layer({{"/www/healthz", "ok"}, {"/www/version", "A"}})}, httpd, "a");
     images.b = Push(&c, {base, Layer({{"/www/healthz", "ok"}, {"/www/version", "B"}})}, httpd, "b");
-    images.crash = Push(&c, {base},
-                        {"/bin/busybox", "sh", "-c", "echo 'fatal: missing DATABASE_URL' >&2; exit 3"}, "crash");
+    images.crash = Push(
+        &c, {base}, {"/bin/busybox", "sh", "-c", "echo 'fatal: missing DATABASE_URL' >&2; exit 3"},
+        "crash");
     images.nobinary = Push(&c, {base}, {"/bin/no-such-server"}, "nobinary");
-    images.unhealthy = Push(&c, {base, Layer({{"/www/version", "D"}})}, httpd, "unhealthy");  // no /healthz: 404
+    images.unhealthy =
+        Push(&c, {base, Layer({{"/www/version", "D"}})}, httpd, "unhealthy");  // no /healthz: 404
     // Hostile layer: "../" names and a write through an absolute symlink to a host directory.
     std::string tar = testing_tar::TarBuilder()
                           .File("../escape-kiln-local", "x")
@@ -202,21 +217,26 @@ class Registry : public ::testing::Environment {
                           .File("www/etc-link/pwned-kiln", "x")
                           .Device("www/sda", '4')
                           .Tar();
-    images.hostile = Push(&c, {base, Layer({{"/www/healthz", "ok"}, {"/www/version", "H"}}), Raw(tar)}, httpd, "hostile");
+    images.hostile =
+        Push(&c, {base, Layer({{"/www/healthz", "ok"}, {"/www/version", "H"}}), Raw(tar)}, httpd,
+             "hostile");
     // Ignores SIGTERM (inherited by httpd through exec): only SIGKILL after the grace stops it,
     // and a background child that also outlives a polite stop.
     images.stubborn = Push(&c, {base, Layer({{"/www/healthz", "ok"}, {"/www/version", "S"}})},
                            {"/bin/busybox", "sh", "-c",
-                            "trap '' TERM; /bin/busybox sleep 1000 & exec /bin/busybox httpd -f -p 127.0.0.1:$PORT -h /www"},
+                            "trap '' TERM; /bin/busybox sleep 1000 & exec /bin/busybox httpd -f -p "
+                            "127.0.0.1:$PORT -h /www"},
                            "stubborn");
     // Writes what it sees of the world into /www, then serves it.
-    images.probe = Push(
-        &c, {base, Layer({{"/www/healthz", "ok"}})},
-        {"/bin/busybox", "sh", "-c",
-         "B=/bin/busybox; $B ls / > /www/root; $B env > /www/env; $B cat /proc/self/status > /www/status;"
-         " $B ls /sys/class/net > /www/net 2>&1; $B ip -o link > /www/links 2>&1; $B ps -o pid,args > /www/ps;"
-         " $B hostname > /www/hostname; exec $B httpd -f -p 127.0.0.1:$PORT -h /www"},
-        "probe");
+    images.probe =
+        Push(&c, {base, Layer({{"/www/healthz", "ok"}})},
+             {"/bin/busybox", "sh", "-c",
+              "B=/bin/busybox; $B ls / > /www/root; $B env > /www/env; $B cat /proc/self/status > "
+              "/www/status;"
+              " $B ls /sys/class/net > /www/net 2>&1; $B ip -o link > /www/links 2>&1; $B ps -o "
+              "pid,args > /www/ps;"
+              " $B hostname > /www/hostname; exec $B httpd -f -p 127.0.0.1:$PORT -h /www"},
+             "probe");
   }
 };
 
@@ -232,11 +252,13 @@ class LocalDeployerTest : public ::testing::Test {
     LocalDeploy cfg;
     cfg.port = port;
     cfg.health_path = "/healthz";
-    return std::make_unique<LocalDeployer>("demo", cfg, RegistryEndpoint{Registry::url, Registry::auth_file, std::nullopt},
-                                           work_, opts);
+    return std::make_unique<LocalDeployer>(
+        "demo", cfg, RegistryEndpoint{Registry::url, Registry::auth_file, std::nullopt}, work_,
+        opts);
   }
 
-  DeployResult Deploy(LocalDeployer* d, const std::string& image, std::vector<std::string>* lines = nullptr,
+  DeployResult Deploy(LocalDeployer* d, const std::string& image,
+                      std::vector<std::string>* lines = nullptr,
                       const CancelToken* cancel = nullptr) {
     DeployRequest req;
     req.deploy_id = "d-demo-" + std::to_string(++n_);
@@ -244,7 +266,12 @@ class LocalDeployerTest : public ::testing::Test {
     req.candidate = "c1";
     req.image = image;
     req.digest = image.substr(image.find('@') + 1);
-    return d->Deploy(req, [lines](const std::string& l) { if (lines) lines->push_back(l); }, cancel);
+    return d->Deploy(
+        req,
+        [lines](const std::string& l) {
+          if (lines) lines->push_back(l);
+        },
+        cancel);
   }
 
   std::string Serving(LocalDeployer* d) {
@@ -265,7 +292,8 @@ TEST_F(LocalDeployerTest, RollsOutReplacesAndIsIdempotent) {
   EXPECT_TRUE(r.changed);
   EXPECT_EQ(HttpGet(19101, "/version"), std::make_pair(200, std::string("A")));
   EXPECT_EQ(Serving(d.get()), Registry::images.a);
-  for (const char* want : {"fetching layers", "starting", "waiting for /healthz", "healthy, switched"})
+  for (const char* want :
+       {"fetching layers", "starting", "waiting for /healthz", "healthy, switched"})
     EXPECT_NE(std::find(lines.begin(), lines.end(), want), lines.end()) << want;
 
   uint64_t ns_a = PidNamespaceOf(d->serving_pid());
@@ -281,7 +309,8 @@ TEST_F(LocalDeployerTest, RollsOutReplacesAndIsIdempotent) {
   EXPECT_EQ(Serving(d.get()), Registry::images.b);
   EXPECT_TRUE(ProcessesInPidNamespace(ns_a).empty()) << "A's processes are still alive";
   for (const auto& [pid, cmd] : rootfs_a) EXPECT_TRUE(IsZombie(pid)) << cmd;
-  EXPECT_EQ(std::distance(fs::directory_iterator(work_ + "/rootfs"), fs::directory_iterator()), 1);  // A's root removed
+  EXPECT_EQ(std::distance(fs::directory_iterator(work_ + "/rootfs"), fs::directory_iterator()),
+            1);  // A's root removed
 
   // Same image again: nothing changes, same process.
   int pid_b = d->serving_pid();
@@ -291,7 +320,8 @@ TEST_F(LocalDeployerTest, RollsOutReplacesAndIsIdempotent) {
   EXPECT_EQ(d->serving_pid(), pid_b);
   EXPECT_EQ(HttpGet(19101, "/version").second, "B");
   // Layers came from the cache dir the second time: it holds the base and both www layers.
-  EXPECT_GE(std::distance(fs::directory_iterator(work_ + "/blobs/sha256"), fs::directory_iterator()), 3);
+  EXPECT_GE(
+      std::distance(fs::directory_iterator(work_ + "/blobs/sha256"), fs::directory_iterator()), 3);
 }
 
 TEST_F(LocalDeployerTest, CrashingCandidateFailsWithItsOutputAndOldKeepsServing) {
@@ -332,7 +362,8 @@ TEST_F(LocalDeployerTest, NeverHealthyTimesOutAndOldKeepsServing) {
   EXPECT_LT(r.elapsed_ms, 10000);
   EXPECT_EQ(HttpGet(19103, "/version").second, "B");
   EXPECT_EQ(Serving(d.get()), Registry::images.b);
-  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u) << Dump(ProcessesMentioning(work_ + "/rootfs/"));
+  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u)
+      << Dump(ProcessesMentioning(work_ + "/rootfs/"));
 }
 
 TEST_F(LocalDeployerTest, CancelStopsTheNewCandidateAndKeepsTheOld) {
@@ -350,7 +381,8 @@ TEST_F(LocalDeployerTest, CancelStopsTheNewCandidateAndKeepsTheOld) {
   EXPECT_EQ(r.reason, "Cancelled");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_EQ(HttpGet(19104, "/version").second, "B");
-  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u) << Dump(ProcessesMentioning(work_ + "/rootfs/"));
+  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u)
+      << Dump(ProcessesMentioning(work_ + "/rootfs/"));
 }
 
 TEST_F(LocalDeployerTest, HostileLayerStaysInsideTheRoot) {
@@ -445,7 +477,8 @@ TEST_F(LocalDeployerTest, StubbornCandidateIsKilledAfterTheGrace) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s);  // waited the grace (Make: 2 s)
   EXPECT_TRUE(ProcessesInPidNamespace(ns).empty());
   EXPECT_EQ(HttpGet(19111, "/version").second, "A");
-  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u) << Dump(ProcessesMentioning(work_ + "/rootfs/"));
+  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u)
+      << Dump(ProcessesMentioning(work_ + "/rootfs/"));
 }
 
 TEST_F(LocalDeployerTest, NoRequestFailsDuringTheSwitch) {
@@ -491,7 +524,8 @@ TEST_F(LocalDeployerTest, BusyPortIsAClearError) {
 
 TEST_F(LocalDeployerTest, MissingImageAndForeignRegistryFailToFetch) {
   auto d = Make(19110);
-  std::string missing = Registry::images.a.substr(0, Registry::images.a.find('@')) + "@sha256:" + std::string(64, '0');
+  std::string missing = Registry::images.a.substr(0, Registry::images.a.find('@')) +
+                        "@sha256:" + std::string(64, '0');
   DeployResult r = Deploy(d.get(), missing);
   EXPECT_EQ(r.state, DeployState::kFailed);
   EXPECT_EQ(r.reason, "ImageFetchFailed");

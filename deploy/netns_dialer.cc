@@ -26,7 +26,9 @@ int RemainingMs(Clock::time_point deadline) {
 Status NetnsDialer::Open(pid_t pid, std::shared_ptr<NetnsDialer>* out) {
   std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
   int nsfd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (nsfd < 0) return Status::NotFound("network namespace of pid " + std::to_string(pid) + ": " + std::strerror(errno));
+  if (nsfd < 0)
+    return Status::NotFound("network namespace of pid " + std::to_string(pid) + ": " +
+                            std::strerror(errno));
   std::shared_ptr<NetnsDialer> d(new NetnsDialer());
   int rc = 0, err = 0;
   d->thread_.Run([&] {
@@ -34,7 +36,9 @@ Status NetnsDialer::Open(pid_t pid, std::shared_ptr<NetnsDialer>* out) {
     err = errno;
   });
   close(nsfd);
-  if (rc != 0) return Status::Internal(std::string("setns into the candidate's network: ") + std::strerror(err));
+  if (rc != 0)
+    return Status::Internal(std::string("setns into the candidate's network: ") +
+                            std::strerror(err));
   *out = std::move(d);
   return Status::Ok();
 }
@@ -86,7 +90,9 @@ Status NetnsDialer::Connect(int port, std::chrono::milliseconds timeout, int* fd
 Status HttpGetStatus(int fd, const std::string& path, std::chrono::milliseconds timeout,
                      int* status) {
   auto deadline = Clock::now() + timeout;
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: kiln-health\r\nConnection: close\r\n\r\n";
+  std::string req =
+      "GET " + path +
+      " HTTP/1.0\r\nHost: 127.0.0.1\r\nUser-Agent: kiln-health\r\nConnection: close\r\n\r\n";
   size_t off = 0;
   while (off < req.size()) {
     ssize_t w = send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
@@ -94,7 +100,8 @@ Status HttpGetStatus(int fd, const std::string& path, std::chrono::milliseconds 
       off += static_cast<size_t>(w);
       continue;
     }
-    if (w < 0 && errno != EAGAIN && errno != EINTR) return Status::Unavailable(std::string("send: ") + std::strerror(errno));
+    if (w < 0 && errno != EAGAIN && errno != EINTR)
+      return Status::Unavailable(std::string("send: ") + std::strerror(errno));
     pollfd p{fd, POLLOUT, 0};
     if (poll(&p, 1, RemainingMs(deadline)) <= 0) return Status::Unavailable("send: timed out");
   }
@@ -107,14 +114,18 @@ Status HttpGetStatus(int fd, const std::string& path, std::chrono::milliseconds 
       continue;
     }
     if (n == 0) break;
-    if (errno != EAGAIN && errno != EINTR) return Status::Unavailable(std::string("recv: ") + std::strerror(errno));
+    if (errno != EAGAIN && errno != EINTR)
+      return Status::Unavailable(std::string("recv: ") + std::strerror(errno));
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, RemainingMs(deadline)) <= 0) return Status::Unavailable("no reply within the probe timeout");
+    if (poll(&p, 1, RemainingMs(deadline)) <= 0)
+      return Status::Unavailable("no reply within the probe timeout");
   }
   // "HTTP/1.x NNN ..."
-  if (resp.size() < 12 || resp.compare(0, 5, "HTTP/") != 0) return Status::Unavailable("not an HTTP reply");
+  if (resp.size() < 12 || resp.compare(0, 5, "HTTP/") != 0)
+    return Status::Unavailable("not an HTTP reply");
   size_t sp = resp.find(' ');
-  if (sp == std::string::npos || sp + 4 > resp.size()) return Status::Unavailable("malformed HTTP status line");
+  if (sp == std::string::npos || sp + 4 > resp.size())
+    return Status::Unavailable("malformed HTTP status line");
   int code = 0;
   for (size_t i = sp + 1; i < sp + 4; ++i) {
     if (resp[i] < '0' || resp[i] > '9') return Status::Unavailable("malformed HTTP status line");

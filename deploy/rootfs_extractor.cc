@@ -35,12 +35,13 @@ class Applier {
       if (Status st = tar->Next(&e, &end); !st.ok()) return st;
       if (end) return Status::Ok();
       if (++stats_->entries > limits_.max_entries)
-        return Status::InvalidArgument("image has more than " + std::to_string(limits_.max_entries) + " entries");
+        return Status::InvalidArgument("image has more than " +
+                                       std::to_string(limits_.max_entries) + " entries");
       if (Status st = Apply(tar, e); !st.ok()) return st;
     }
   }
 
- /// Resolves `clean` (following a final symlink too) and makes it a directory with parents.
+  /// Resolves `clean` (following a final symlink too) and makes it a directory with parents.
   Status MakeDir(const std::string& clean, std::string* rel) {
     if (Status st = ResolveInRoot(clean, true, Lookup(), rel); !st.ok()) return st;
     if (rel->empty()) return Status::Ok();
@@ -75,7 +76,8 @@ class Applier {
       struct stat sb;
       std::string p = Abs(prefix);
       if (lstat(p.c_str(), &sb) == 0) {
-        if (!S_ISDIR(sb.st_mode)) return Status::InvalidArgument("layer: /" + prefix + " is not a directory");
+        if (!S_ISDIR(sb.st_mode))
+          return Status::InvalidArgument("layer: /" + prefix + " is not a directory");
         continue;
       }
       if (mkdir(p.c_str(), 0755) != 0) return Errno("mkdir", prefix);
@@ -117,10 +119,15 @@ class Applier {
     if (hostile) ++stats_->neutralized;
     Whiteout wh = ClassifyWhiteout(clean);
     switch (wh.kind) {
-      case Whiteout::Kind::kIgnore: ++stats_->skipped; return Status::Ok();
-      case Whiteout::Kind::kFile: return RemoveLower(wh.target);
-      case Whiteout::Kind::kOpaque: return Opaque(wh.target);
-      case Whiteout::Kind::kNone: break;
+      case Whiteout::Kind::kIgnore:
+        ++stats_->skipped;
+        return Status::Ok();
+      case Whiteout::Kind::kFile:
+        return RemoveLower(wh.target);
+      case Whiteout::Kind::kOpaque:
+        return Opaque(wh.target);
+      case Whiteout::Kind::kNone:
+        break;
     }
     EntryAction action = ActionFor(e.type);
     if (action == EntryAction::kSkip || (clean.empty() && action != EntryAction::kDir)) {
@@ -152,16 +159,20 @@ class Applier {
         if (symlink(e.linkname.c_str(), p.c_str()) != 0) return Errno("symlink", rel);
         Own(rel, e);
         return Status::Ok();
-      case EntryAction::kHardlink: return HardLink(e, rel);
-      case EntryAction::kFile: return WriteFile(tar, e, rel);
-      case EntryAction::kSkip: break;
+      case EntryAction::kHardlink:
+        return HardLink(e, rel);
+      case EntryAction::kFile:
+        return WriteFile(tar, e, rel);
+      case EntryAction::kSkip:
+        break;
     }
     return Status::Ok();
   }
 
   Status WriteFile(TarReader* tar, const TarEntry& e, const std::string& rel) {
     if (stats_->bytes + e.size > limits_.max_total_bytes)
-      return Status::InvalidArgument("image is larger than " + std::to_string(limits_.max_total_bytes) + " bytes");
+      return Status::InvalidArgument("image is larger than " +
+                                     std::to_string(limits_.max_total_bytes) + " bytes");
     int fd = open(Abs(rel).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return Errno("create", rel);
     std::unique_ptr<char[]> buf(new char[1 << 16]);

@@ -37,7 +37,8 @@ class Extract : public ::testing::Test {
   // Nothing but root/ and an empty outside/ in the base directory.
   void ExpectNothingOutside() {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(base_)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(base_))
+      names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"outside", "root"}));
     EXPECT_TRUE(fs::is_empty(outside_));
@@ -49,7 +50,9 @@ class Extract : public ::testing::Test {
 };
 
 TEST_F(Extract, GzipAndPlainLayersWithModes) {
-  ASSERT_TRUE(Apply(TarBuilder().Dir("bin").File("bin/app", "#!x", 04755).File("etc/conf", "a").Gzip()).ok());
+  ASSERT_TRUE(
+      Apply(TarBuilder().Dir("bin").File("bin/app", "#!x", 04755).File("etc/conf", "a").Gzip())
+          .ok());
   ASSERT_TRUE(Apply(TarBuilder().File("etc/conf", "b").Tar()).ok());
   EXPECT_EQ(ReadFile(root_ / "bin/app"), "#!x");
   EXPECT_EQ(ReadFile(root_ / "etc/conf"), "b");
@@ -73,8 +76,20 @@ TEST_F(Extract, LayerWriterOutputRoundTrips) {
 }
 
 TEST_F(Extract, WhiteoutsRemoveLowerEntries) {
-  ASSERT_TRUE(Apply(TarBuilder().File("a/keep", "1").File("a/gone", "2").File("d/old1", "3").File("d/sub/old2", "4").Tar()).ok());
-  ASSERT_TRUE(Apply(TarBuilder().File("a/.wh.gone", "").File("d/new", "5").File("d/.wh..wh..opq", "").File("d/x/y", "6").Tar()).ok());
+  ASSERT_TRUE(Apply(TarBuilder()
+                        .File("a/keep", "1")
+                        .File("a/gone", "2")
+                        .File("d/old1", "3")
+                        .File("d/sub/old2", "4")
+                        .Tar())
+                  .ok());
+  ASSERT_TRUE(Apply(TarBuilder()
+                        .File("a/.wh.gone", "")
+                        .File("d/new", "5")
+                        .File("d/.wh..wh..opq", "")
+                        .File("d/x/y", "6")
+                        .Tar())
+                  .ok());
   EXPECT_TRUE(fs::exists(root_ / "a/keep"));
   EXPECT_FALSE(fs::exists(root_ / "a/gone"));
   EXPECT_FALSE(fs::exists(root_ / "a/.wh.gone"));
@@ -86,8 +101,13 @@ TEST_F(Extract, WhiteoutsRemoveLowerEntries) {
 }
 
 TEST_F(Extract, DotDotAndAbsoluteNamesStayInside) {
-  ASSERT_TRUE(Apply(TarBuilder().File("../escape", "x").File("../../outside/f", "y")
-                        .File("/escape-kiln-test", "z").File("a/../../../b", "w").Tar()).ok());
+  ASSERT_TRUE(Apply(TarBuilder()
+                        .File("../escape", "x")
+                        .File("../../outside/f", "y")
+                        .File("/escape-kiln-test", "z")
+                        .File("a/../../../b", "w")
+                        .Tar())
+                  .ok());
   ExpectNothingOutside();
   EXPECT_EQ(ReadFile(root_ / "escape"), "x");
   EXPECT_EQ(ReadFile(root_ / "escape-kiln-test"), "z");
@@ -99,13 +119,20 @@ TEST_F(Extract, DotDotAndAbsoluteNamesStayInside) {
 TEST_F(Extract, WritesThroughSymlinksStayInside) {
   std::string abs_outside = outside_.string();
   ASSERT_TRUE(Apply(TarBuilder()
-                        .Symlink("abs", abs_outside)          // absolute link to a host dir
-                        .Symlink("rel", "../outside")         // relative link out of the root
+                        .Symlink("abs", abs_outside)           // absolute link to a host dir
+                        .Symlink("rel", "../outside")          // relative link out of the root
                         .Symlink("deep", "../../../../../..")  // climbs above everything
-                        .Tar()).ok());
+                        .Tar())
+                  .ok());
   // Later layer writes "through" them.
-  ASSERT_TRUE(Apply(TarBuilder().File("abs/pwned", "1").File("rel/pwned", "2").File("deep/tmp/pwned", "3")
-                        .Dir("abs/newdir").Symlink("rel/link", "/etc/passwd").Tar()).ok());
+  ASSERT_TRUE(Apply(TarBuilder()
+                        .File("abs/pwned", "1")
+                        .File("rel/pwned", "2")
+                        .File("deep/tmp/pwned", "3")
+                        .Dir("abs/newdir")
+                        .Symlink("rel/link", "/etc/passwd")
+                        .Tar())
+                  .ok());
   ExpectNothingOutside();
   // The links resolve as if the root were "/".
   EXPECT_EQ(ReadFile(root_ / fs::path(abs_outside).relative_path() / "pwned"), "1");
@@ -136,7 +163,13 @@ TEST_F(Extract, HardLinksOutsideAreNeutralized) {
 }
 
 TEST_F(Extract, DevicesAndFifosAreSkipped) {
-  ASSERT_TRUE(Apply(TarBuilder().Device("dev/sda", '4').Device("dev/mem", '3').Device("fifo", '6').File("ok", "1").Tar()).ok());
+  ASSERT_TRUE(Apply(TarBuilder()
+                        .Device("dev/sda", '4')
+                        .Device("dev/mem", '3')
+                        .Device("fifo", '6')
+                        .File("ok", "1")
+                        .Tar())
+                  .ok());
   EXPECT_FALSE(fs::exists(root_ / "dev/sda"));
   EXPECT_FALSE(fs::exists(root_ / "dev/mem"));
   EXPECT_FALSE(fs::exists(root_ / "fifo"));
@@ -151,7 +184,12 @@ TEST_F(Extract, PaxLongNames) {
 }
 
 TEST_F(Extract, MountPointsBecomeRealDirectories) {
-  ASSERT_TRUE(Apply(TarBuilder().Symlink("proc", outside_.string()).Symlink("tmp", "/").File("dev", "x").Tar()).ok());
+  ASSERT_TRUE(Apply(TarBuilder()
+                        .Symlink("proc", outside_.string())
+                        .Symlink("tmp", "/")
+                        .File("dev", "x")
+                        .Tar())
+                  .ok());
   ASSERT_TRUE(PrepareMountPoints(root_.string()).ok());
   for (const char* d : {"proc", "dev", "tmp"}) {
     EXPECT_TRUE(fs::is_directory(fs::symlink_status(root_ / d))) << d;
@@ -166,18 +204,23 @@ TEST_F(Extract, CorruptAndUnsupportedLayers) {
   EXPECT_EQ(Apply(bad).code(), Status::Code::kInvalidArgument);
   std::string gz = TarBuilder().File("a", std::string(100000, 'q')).Gzip();
   EXPECT_FALSE(Apply(gz.substr(0, gz.size() / 2)).ok());  // truncated
-  EXPECT_EQ(Apply(std::string("\x28\xb5\x2f\xfd rest", 9)).code(), Status::Code::kInvalidArgument);  // zstd
+  EXPECT_EQ(Apply(std::string("\x28\xb5\x2f\xfd rest", 9)).code(),
+            Status::Code::kInvalidArgument);  // zstd
 }
 
 TEST_F(Extract, LimitsAreEnforced) {
   ExtractLimits small;
   small.max_total_bytes = 10;
-  EXPECT_EQ(ApplyLayer(root_.string(), TarBuilder().File("big", std::string(11, 'x')).Tar(), &stats_, small).code(),
+  EXPECT_EQ(ApplyLayer(root_.string(), TarBuilder().File("big", std::string(11, 'x')).Tar(),
+                       &stats_, small)
+                .code(),
             Status::Code::kInvalidArgument);
   ExtractLimits few;
   few.max_entries = 2;
   ExtractStats s2;
-  EXPECT_EQ(ApplyLayer(root_.string(), TarBuilder().File("a", "").File("b", "").File("c", "").Tar(), &s2, few).code(),
+  EXPECT_EQ(ApplyLayer(root_.string(), TarBuilder().File("a", "").File("b", "").File("c", "").Tar(),
+                       &s2, few)
+                .code(),
             Status::Code::kInvalidArgument);
 }
 

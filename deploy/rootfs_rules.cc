@@ -43,8 +43,10 @@ Status CleanEntryPath(std::string_view name, std::string* out, bool* hostile) {
   for (auto& s : Split(name)) {
     if (s == ".") continue;
     if (s == "..") {
-      if (segs.empty()) bad = true;
-      else segs.pop_back();
+      if (segs.empty())
+        bad = true;
+      else
+        segs.pop_back();
       continue;
     }
     segs.push_back(std::move(s));
@@ -56,15 +58,19 @@ Status CleanEntryPath(std::string_view name, std::string* out, bool* hostile) {
 
 Whiteout ClassifyWhiteout(std::string_view clean_path) {
   size_t slash = clean_path.rfind('/');
-  std::string_view dir = slash == std::string_view::npos ? std::string_view() : clean_path.substr(0, slash);
-  std::string_view base = slash == std::string_view::npos ? clean_path : clean_path.substr(slash + 1);
+  std::string_view dir =
+      slash == std::string_view::npos ? std::string_view() : clean_path.substr(0, slash);
+  std::string_view base =
+      slash == std::string_view::npos ? clean_path : clean_path.substr(slash + 1);
   if (base.substr(0, kWhPrefix.size()) != kWhPrefix) return {};
   if (base == kOpaqueName) return {Whiteout::Kind::kOpaque, std::string(dir)};
   std::string_view victim = base.substr(kWhPrefix.size());
   // ".wh..wh.*" is AUFS metadata; ".wh." / ".wh.." / ".wh..." name nothing we may delete.
-  if (victim.empty() || victim == "." || victim == ".." || victim.substr(0, kWhPrefix.size()) == kWhPrefix)
+  if (victim.empty() || victim == "." || victim == ".." ||
+      victim.substr(0, kWhPrefix.size()) == kWhPrefix)
     return {Whiteout::Kind::kIgnore, ""};
-  std::string target = dir.empty() ? std::string(victim) : std::string(dir) + "/" + std::string(victim);
+  std::string target =
+      dir.empty() ? std::string(victim) : std::string(dir) + "/" + std::string(victim);
   return {Whiteout::Kind::kFile, std::move(target)};
 }
 
@@ -89,8 +95,10 @@ Status ResolveInRoot(const std::string& rel, bool follow_last, const SymlinkLook
     done.push_back(seg);
     std::optional<std::string> target = lookup(Join(done));
     if (!target) continue;
-    if (++links > kMaxLinks) return Status::InvalidArgument("too many levels of symbolic links: " + rel);
-    if (target->find('\0') != std::string::npos) return Status::InvalidArgument("symlink target with NUL");
+    if (++links > kMaxLinks)
+      return Status::InvalidArgument("too many levels of symbolic links: " + rel);
+    if (target->find('\0') != std::string::npos)
+      return Status::InvalidArgument("symlink target with NUL");
     done.pop_back();
     if (!target->empty() && target->front() == '/') done.clear();
     std::vector<std::string> t = Split(*target);
@@ -104,11 +112,16 @@ EntryAction ActionFor(char typeflag) {
   switch (typeflag) {
     case '0':
     case '\0':
-    case '7': return EntryAction::kFile;
-    case '5': return EntryAction::kDir;
-    case '2': return EntryAction::kSymlink;
-    case '1': return EntryAction::kHardlink;
-    default: return EntryAction::kSkip;
+    case '7':
+      return EntryAction::kFile;
+    case '5':
+      return EntryAction::kDir;
+    case '2':
+      return EntryAction::kSymlink;
+    case '1':
+      return EntryAction::kHardlink;
+    default:
+      return EntryAction::kSkip;
   }
 }
 

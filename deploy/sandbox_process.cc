@@ -28,7 +28,8 @@ std::string ResolveBinary(const std::string& name) {
 }
 
 // Runs in the forked child: only async-signal-safe calls.
-[[noreturn]] void ExecChild(const char* path, char* const* argv, int out_w, int info_w, int info_fd) {
+[[noreturn]] void ExecChild(const char* path, char* const* argv, int out_w, int info_w,
+                            int info_fd) {
   setpgid(0, 0);
   sigset_t all;
   sigemptyset(&all);
@@ -96,9 +97,11 @@ std::vector<pid_t> ProcessesInPidNamespace(uint64_t ns) {
 Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, size_t tail_bytes,
                              std::chrono::milliseconds info_timeout,
                              std::unique_ptr<SandboxProcess>* out) {
-  if (argv.empty() || info_fd < 3) return Status::InvalidArgument("sandbox: empty argv or bad info fd");
+  if (argv.empty() || info_fd < 3)
+    return Status::InvalidArgument("sandbox: empty argv or bad info fd");
   int outp[2], infop[2];
-  if (pipe2(outp, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(outp, O_CLOEXEC) != 0)
+    return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   if (pipe2(infop, O_CLOEXEC) != 0) {
     close(outp[0]);
     close(outp[1]);
@@ -129,7 +132,8 @@ Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, 
   std::string info;
   auto deadline = Clock::now() + info_timeout;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) break;
     pollfd pf{infop[0], POLLIN, 0};
     if (poll(&pf, 1, static_cast<int>(std::min<long long>(left, 100))) <= 0) continue;
@@ -153,8 +157,9 @@ Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, 
   int code = -1;
   bool exited = p->Exited(&code);
   p->Stop(std::chrono::milliseconds(0));
-  std::string msg = exited ? "the sandbox exited with status " + std::to_string(code) + " during set-up"
-                           : "the sandbox did not report its pid in time";
+  std::string msg =
+      exited ? "the sandbox exited with status " + std::to_string(code) + " during set-up"
+             : "the sandbox did not report its pid in time";
   std::string tail = p->OutputTail();
   if (!tail.empty()) msg += "; output:\n" + tail;
   return Status::FailedPrecondition(msg);
@@ -235,11 +240,13 @@ void SandboxProcess::Stop(std::chrono::milliseconds grace) {
       if (members.empty()) kill(bwrap_pid_, SIGTERM);
       for (pid_t m : members) kill(m, SIGTERM);
       auto deadline = Clock::now() + grace;
-      while (!Exited() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      while (!Exited() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (!Exited()) {
       // SIGKILL to a PID namespace's init kills everything in it.
-      if (sandbox_pid_ > 0 && pidns_ != 0 && PidNamespaceOf(sandbox_pid_) == pidns_) kill(sandbox_pid_, SIGKILL);
+      if (sandbox_pid_ > 0 && pidns_ != 0 && PidNamespaceOf(sandbox_pid_) == pidns_)
+        kill(sandbox_pid_, SIGKILL);
       for (pid_t m : Members()) kill(m, SIGKILL);
       kill(bwrap_pid_, SIGKILL);
       std::lock_guard<std::mutex> lock(reap_mu_);
@@ -248,7 +255,8 @@ void SandboxProcess::Stop(std::chrono::milliseconds grace) {
   }
   // The namespace's processes go away with its init; make sure before returning.
   auto deadline = Clock::now() + std::chrono::seconds(5);
-  for (std::vector<pid_t> left = Members(); !left.empty() && Clock::now() < deadline; left = Members()) {
+  for (std::vector<pid_t> left = Members(); !left.empty() && Clock::now() < deadline;
+       left = Members()) {
     for (pid_t m : left) kill(m, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -69,15 +69,15 @@ class SandboxProcess {
   size_t tail_bytes_ = 4096;
 
   mutable std::mutex mu_;
-  std::string tail_;         // guarded by mu_
-  bool eof_ = false;         // guarded by mu_
+  std::string tail_;  // guarded by mu_
+  bool eof_ = false;  // guarded by mu_
   std::mutex reap_mu_;
-  bool reaped_ = false;      // guarded by reap_mu_
-  int exit_code_ = -1;       // guarded by reap_mu_
+  bool reaped_ = false;  // guarded by reap_mu_
+  int exit_code_ = -1;   // guarded by reap_mu_
   std::atomic<bool> stop_reader_{false};
   std::thread reader_;
-  std::mutex stop_mu_;       // serializes Stop()
-  bool stopped_ = false;     // guarded by stop_mu_
+  std::mutex stop_mu_;    // serializes Stop()
+  bool stopped_ = false;  // guarded by stop_mu_
 };
 
 /// Inode of /proc/<pid>/ns/pid, 0 when unreadable. Exposed for tests.

@@ -118,7 +118,8 @@ Status ParsePax(const std::string& data, TarEntry* e, bool* has_path, bool* has_
     if (sp == std::string::npos) return Status::InvalidArgument("tar: bad PAX record");
     uint64_t len = 0;
     for (size_t k = i; k < sp; ++k) {
-      if (data[k] < '0' || data[k] > '9' || len > data.size()) return Status::InvalidArgument("tar: bad PAX length");
+      if (data[k] < '0' || data[k] > '9' || len > data.size())
+        return Status::InvalidArgument("tar: bad PAX length");
       len = len * 10 + static_cast<uint64_t>(data[k] - '0');
     }
     if (len <= sp - i + 1 || i + len > data.size() || data[i + len - 1] != '\n')
@@ -128,7 +129,8 @@ Status ParsePax(const std::string& data, TarEntry* e, bool* has_path, bool* has_
     if (eq == std::string::npos) return Status::InvalidArgument("tar: PAX record without '='");
     std::string key = rec.substr(0, eq), val = rec.substr(eq + 1);
     auto num = [&](uint64_t* v) -> Status {
-      if (val.empty() || val.size() > 19 || val.find_first_not_of("0123456789") != std::string::npos)
+      if (val.empty() || val.size() > 19 ||
+          val.find_first_not_of("0123456789") != std::string::npos)
         return Status::InvalidArgument("tar: bad PAX number for " + key);
       *v = std::stoull(val);
       return Status::Ok();
@@ -168,7 +170,8 @@ Status MakeLayerSource(std::string_view blob, std::unique_ptr<ByteSource>* out) 
   if (m({0x1f, 0x8b})) {
     *out = std::make_unique<GzipSource>(blob);
   } else if (m({0x28, 0xb5, 0x2f, 0xfd})) {
-    return Status::InvalidArgument("zstd-compressed layers are not supported by the local deploy target");
+    return Status::InvalidArgument(
+        "zstd-compressed layers are not supported by the local deploy target");
   } else if (m({0x42, 0x5a, 0x68}) || m({0xfd, '7', 'z', 'X', 'Z'})) {
     return Status::InvalidArgument("bzip2/xz-compressed layers are not supported");
   } else {
@@ -233,8 +236,10 @@ Status TarReader::Next(TarEntry* e, bool* end) {
         uint64_t before = pax.size;
         pax.size = UINT64_MAX;
         if (Status st = ParsePax(data, &pax, &pax_path, &pax_link); !st.ok()) return st;
-        if (pax.size != UINT64_MAX) pax_size = true;
-        else pax.size = before;
+        if (pax.size != UINT64_MAX)
+          pax_size = true;
+        else
+          pax.size = before;
       } else if (type == 'L') {
         gname = Field(data.data(), data.size());
         gnu_name = true;

@@ -37,7 +37,7 @@ struct TarEntry {
   uint32_t mode = 0;
   int64_t uid = 0;
   int64_t gid = 0;
-  uint64_t size = 0;     // bytes of data that follow (0 for non-files)
+  uint64_t size = 0;  // bytes of data that follow (0 for non-files)
 };
 
 class TarReader {

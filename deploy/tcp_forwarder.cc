@@ -4,12 +4,12 @@
 
 #include <array>
 #include <atomic>
-#include <set>
-#include <vector>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <set>
+#include <vector>
 
 #include "deploy/netns_dialer.h"
 
@@ -50,7 +50,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Start(const std::shared_ptr<NetnsDialer>& dialer, int port) {
     int fd = -1;
     boost::system::error_code ec;
-    dialer_ = dialer;  // already counted by the acceptor
+    dialer_ = dialer;                                  // already counted by the acceptor
     if (!dialer || !dialer->Socket(&fd).ok()) return;  // dropping `this` closes the client
     upstream_.assign(tcp::v4(), fd, ec);
     if (ec) {
@@ -58,12 +58,13 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     auto self = shared_from_this();
-    upstream_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<unsigned short>(port)),
-                            [self](const boost::system::error_code& ec) {
-                              if (ec) return self->CloseBoth();
-                              self->Pump(self->client_, self->upstream_, self->up_buf_);
-                              self->Pump(self->upstream_, self->client_, self->down_buf_);
-                            });
+    upstream_.async_connect(
+        tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<unsigned short>(port)),
+        [self](const boost::system::error_code& ec) {
+          if (ec) return self->CloseBoth();
+          self->Pump(self->client_, self->upstream_, self->up_buf_);
+          self->Pump(self->upstream_, self->client_, self->down_buf_);
+        });
   }
 
  private:
@@ -71,19 +72,20 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Pump(tcp::socket& from, tcp::socket& to, Buffer& buf) {
     auto self = shared_from_this();
-    from.async_read_some(asio::buffer(buf), [self, &from, &to, &buf](const boost::system::error_code& ec, size_t n) {
-      if (ec == asio::error::eof) {
-        boost::system::error_code ignored;
-        to.shutdown(tcp::socket::shutdown_send, ignored);
-        return;
-      }
-      if (ec) return self->CloseBoth();
-      asio::async_write(to, asio::buffer(buf.data(), n),
-                        [self, &from, &to, &buf](const boost::system::error_code& ec, size_t) {
-                          if (ec) return self->CloseBoth();
-                          self->Pump(from, to, buf);
-                        });
-    });
+    from.async_read_some(
+        asio::buffer(buf), [self, &from, &to, &buf](const boost::system::error_code& ec, size_t n) {
+          if (ec == asio::error::eof) {
+            boost::system::error_code ignored;
+            to.shutdown(tcp::socket::shutdown_send, ignored);
+            return;
+          }
+          if (ec) return self->CloseBoth();
+          asio::async_write(to, asio::buffer(buf.data(), n),
+                            [self, &from, &to, &buf](const boost::system::error_code& ec, size_t) {
+                              if (ec) return self->CloseBoth();
+                              self->Pump(from, to, buf);
+                            });
+        });
   }
 
  public:
@@ -141,8 +143,8 @@ Status TcpForwarder::Listen() {
   if (ec) {
     boost::system::error_code ignored;
     a.close(ignored);
-    return Status::Unavailable("local deploy target cannot listen on 127.0.0.1:" + std::to_string(port_) +
-                               ": " + ec.message());
+    return Status::Unavailable("local deploy target cannot listen on 127.0.0.1:" +
+                               std::to_string(port_) + ": " + ec.message());
   }
   impl_->listening = true;
   impl_->Accept();

@@ -16,14 +16,18 @@ class TarBuilder {
   TarBuilder& File(const std::string& name, const std::string& data, unsigned mode = 0644) {
     return Entry(name, '0', data, "", mode);
   }
-  TarBuilder& Dir(const std::string& name, unsigned mode = 0755) { return Entry(name, '5', "", "", mode); }
+  TarBuilder& Dir(const std::string& name, unsigned mode = 0755) {
+    return Entry(name, '5', "", "", mode);
+  }
   TarBuilder& Symlink(const std::string& name, const std::string& target) {
     return Entry(name, '2', "", target, 0777);
   }
   TarBuilder& Hardlink(const std::string& name, const std::string& target) {
     return Entry(name, '1', "", target, 0644);
   }
-  TarBuilder& Device(const std::string& name, char type = '3') { return Entry(name, type, "", "", 0666); }
+  TarBuilder& Device(const std::string& name, char type = '3') {
+    return Entry(name, type, "", "", 0666);
+  }
   /// A PAX 'x' record giving `name` as the path of the next entry (for names over 100 bytes).
   TarBuilder& PaxFile(const std::string& name, const std::string& data) {
     std::string rec = " path=" + name + "\n";
@@ -44,7 +48,10 @@ class TarBuilder {
     std::snprintf(h + 136, 12, "%011o", 0);
     h[156] = type;
     std::strncpy(h + 157, link.c_str(), 100);
-    std::memcpy(h + 257, "ustar\0" "00", 8);
+    std::memcpy(h + 257,
+                "ustar\0"
+                "00",
+                8);
     std::memset(h + 148, ' ', 8);
     unsigned sum = 0;
     for (unsigned char c : h) sum += c;

@@ -3,10 +3,10 @@
 // Input: up to 4 HTTP requests separated by "\n--\n", sent after a fixed initialize that opens a
 // session. Each request's first byte picks the HTTP method, Accept, Content-Type, session id
 // and MCP-Protocol-Version; the rest is the body. Tool calls the handler decides to dispatch
-// run on a fresh FakeToolBackend (zero build time) and are assembled by McpResponseStream.
+// run on a FakeToolBackend (zero build time, one per process) and are assembled by McpResponseStream.
 // Invariants: Handle never throws; JSON replies parse; every dispatched call finishes; a
 // complete JSON-mode stream yields a parseable body. Single-threaded apart from the backend's
-// worker thread, joined before the input ends.
+// worker thread; every call has finished before the input ends.
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -33,10 +33,14 @@ void CheckReply(const kiln::HttpReply& r) {
 
 // Runs the decision's calls on a fake backend and checks the assembled answer.
 void Dispatch(McpHandler& handler, const McpDecision& d) {
-  kiln::FakeToolBackend::Options bo;
-  bo.build_duration = std::chrono::milliseconds(0);
-  bo.progress_interval = std::chrono::milliseconds(1);
-  kiln::FakeToolBackend backend(bo);
+  // One backend per process: starting its worker thread per input would dominate the run
+  // time. It only hands out handles and canned results, so inputs stay independent.
+  static kiln::FakeToolBackend& backend = *[] {
+    kiln::FakeToolBackend::Options bo;
+    bo.build_duration = std::chrono::milliseconds(0);
+    bo.progress_interval = std::chrono::milliseconds(1);
+    return new kiln::FakeToolBackend(bo);
+  }();
   kiln::McpResponseStream stream(d, "stream");
   stream.Start();
   std::mutex mu;

@@ -65,7 +65,8 @@ cleanup() {
 trap cleanup EXIT
 log "mmdebstrap bookworm (minbase) from $MIRROR"
 # Fixed SOURCE_DATE_EPOCH: file mtimes and generated files are clamped, so two runs against
-# the same package set give the same tarball.
+# the same package set give the same tarball. dpkg runs without fsync while bootstrapping (a
+# failed run is thrown away); the hook's config file is removed before the tarball is made.
 SOURCE_DATE_EPOCH=1716163200 mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -73,6 +74,8 @@ SOURCE_DATE_EPOCH=1716163200 mmdebstrap --quiet --variant=minbase --mode=root --
   --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' \
   --aptopt='Acquire::Retries "3"' \
+  --setup-hook='mkdir -p "$1/etc/dpkg/dpkg.cfg.d" && echo force-unsafe-io >"$1/etc/dpkg/dpkg.cfg.d/00kiln-unsafe-io"' \
+  --customize-hook='rm -f "$1/etc/dpkg/dpkg.cfg.d/00kiln-unsafe-io"' \
   bookworm "$WORK/rootfs.tar" \
   "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" \
   "deb $SECMIRROR bookworm-security main" >&2

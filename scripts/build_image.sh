@@ -5,7 +5,7 @@
 #   scripts/build_image.sh [--from-head] [--no-smoke] [--refresh-base]
 #
 # 1. starts a local docker-registry on 127.0.0.1:5140 (scripts/registry.sh, dir
-#    $KILN_IMAGE_REGISTRY_DIR, default /var/tmp/kiln-image-registry)
+#    $KILN_IMAGE_REGISTRY_DIR, default /var/tmp/kiln-image-registry; KILN_IMAGE_REGISTRY_PORT)
 # 2. makes the Debian 12 base image (image/base_image.sh; reused when unchanged), then checks
 #    that BASE@DIGEST resolves in the registry to the image it expects (its io.kiln.inputs label
 #    and linux/amd64) before passing it to the build as KILN_BASE
@@ -56,7 +56,8 @@ T_START=$(now_ms)
 phase() { log "$1: $(( $(now_ms) - $2 )) ms"; }
 
 # --- 1. registry --------------------------------------------------------------------------
-reg=$("$ROOT/scripts/registry.sh" start --dir "${KILN_IMAGE_REGISTRY_DIR:-/var/tmp/kiln-image-registry}" --port 5140)
+reg=$("$ROOT/scripts/registry.sh" start --dir "${KILN_IMAGE_REGISTRY_DIR:-/var/tmp/kiln-image-registry}" \
+  --port "${KILN_IMAGE_REGISTRY_PORT:-5140}")
 REGISTRY=$(sed -n 's/^host=//p' <<<"$reg")
 AUTH=$(sed -n 's/^auth_file=//p' <<<"$reg")
 
@@ -101,16 +102,43 @@ fi
 # The image files always come from the working tree (they are what this script is).
 rm -rf "$CTX/image"; cp -a "$ROOT/image" "$CTX/image"
 # Files the compile does not read stay out of `COPY . /src`, so editing them does not rerun it.
-printf '%s\n' .git docs bench '*.md' k8s/manifests tests/manifests tests/e2e/node_modules \
-  image/Containerfile image/CMakeLists.txt image/base_image.sh >"$CTX/.containerignore"
+# CMakeLists.txt files stay: the configure step reads every one of them.
+printf '%s\n' .git docs bench '*.md' k8s/manifests 'tests/manifests/*' '!tests/manifests/CMakeLists.txt' \
+  tests/e2e/node_modules image/Containerfile image/base_image.sh >"$CTX/.containerignore"
 # Build dependencies: the `# toolchain` and `# libraries` groups of the context's
 # scripts/setup.sh, so the image compiles with exactly what a developer machine has.
 BUILD_DEPS=$(awk '/^[[:space:]]*#[[:space:]]*(toolchain|libraries)/ {on=1; next}
                   /^[[:space:]]*#/ || /^\)/ {on=0} on {print}' "$CTX/scripts/setup.sh" | xargs)
 [ -n "$BUILD_DEPS" ] || die "no toolchain/libraries packages found in scripts/setup.sh"
+# Host caches, mounted into every RUN step with --volume (never part of a layer):
+# - the host's ccache (`ccache -k cache_dir`; KILN_IMAGE_CCACHE_DIR overrides) at /mnt: the
+#   build stage compiles exactly like scripts/build.sh, so after a host build (CI: scripts/test.sh)
+#   the compile is cache hits. ccache hashes the locale variables: pass the host's.
+# - $WORK/apt-archives at /var/cache/apt/archives, seeded with hard links to the host's .debs
+#   (what scripts/setup.sh downloaded): apt only downloads what the host does not have.
+CCACHE_HOST=${KILN_IMAGE_CCACHE_DIR:-}
+if [ -z "$CCACHE_HOST" ] && command -v ccache >/dev/null 2>&1; then
+  CCACHE_HOST=$(ccache -k cache_dir 2>/dev/null || true)
+fi
+CCACHE_HOST=${CCACHE_HOST:-$WORK/ccache}
+mkdir -p "$CCACHE_HOST"
+LOCALE_ENV=""
+for v in LANG LC_ALL LC_CTYPE LC_MESSAGES; do
+  [ -n "${!v+x}" ] && LOCALE_ENV+="${LOCALE_ENV:+ }$v=${!v}"
+done
+DEBS=$WORK/apt-archives
+mkdir -p "$DEBS/partial"
+HOST_DEBS=/var/cache/apt/archives
+if compgen -G "$HOST_DEBS/*.deb" >/dev/null; then
+  cp -l -n "$HOST_DEBS"/*.deb "$DEBS"/ 2>/dev/null ||
+    log "could not hard-link $HOST_DEBS into $DEBS (another filesystem?): apt downloads them"
+fi
+log "ccache $CCACHE_HOST, apt archives $DEBS ($(compgen -G "$DEBS/*.deb" | wc -l) .debs)"
 TAG=$REGISTRY/kiln/kiln:${COMMIT:0:12}
 "${BUILDAH[@]}" build --isolation chroot --layers --pull=missing "${TLS[@]}" --authfile "$AUTH" \
+  --volume "$DEBS:/var/cache/apt/archives:rw" --volume "$CCACHE_HOST:/mnt:rw" \
   --build-arg "KILN_BASE=$BASE" --build-arg "KILN_BUILD_DEPS=$BUILD_DEPS" \
+  --build-arg "KILN_CCACHE_LOCALE=$LOCALE_ENV" \
   --label "org.opencontainers.image.revision=$COMMIT" \
   --label "io.kiln.base=$BASE" \
   -f "$ROOT/image/Containerfile" -t "$TAG" "$CTX" >&2
@@ -291,6 +319,15 @@ T_SMOKE=$(( $(now_ms) - t_smoke ))
 phase "smoke test" "$t_smoke"
 
 # --- 6. closure record --------------------------------------------------------------------
+# The build stage installs the mirror's current packages; where a -dev package differs from the
+# host's, the host's ccache cannot serve the files that include its headers (say so, it explains
+# a slow compile).
+skew=$(sed -n '/^\[compiled against\]/,/^\[runtime/p' "$CLOSURE_COPY" | grep -E '^[a-z0-9][a-z0-9.+-]*=' |
+  while IFS== read -r p v; do
+    h=$(dpkg-query -W -f '${Version}' "$p" 2>/dev/null || true)
+    [ "$h" = "$v" ] || printf ' %s=%s(host %s)' "$p" "$v" "${h:-none}"
+  done || true)
+[ -z "$skew" ] || log "build stage vs host packages:$skew"
 REC=$OUT/records
 install -m 0644 "$CLOSURE_COPY" "$REC/$DIGEST.closure"; rm -f "$CLOSURE_COPY"
 printf 'image=%s\ncommit=%s\nsource=%s\nbase=%s\nsize_mb=%s\nbuild_ms=%s\n' \

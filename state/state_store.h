@@ -182,6 +182,7 @@ class StateStore {
   /// The sequence number the next assigned build id will carry.
   uint64_t next_build_seq() const;
   size_t build_count() const;
+  /// Journal statistics; these two take the writer lock (may wait for an fsync).
   uint64_t journal_bytes() const;
   uint64_t generation() const;
 

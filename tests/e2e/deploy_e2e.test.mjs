@@ -17,7 +17,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, "../..");
-const KILN = process.env.KILN ?? path.join(root, "build/app/kiln");
+const KILN = path.resolve(process.env.KILN ?? path.join(root, "build/app/kiln"));
 const REG_PORT = 5105;
 const PORT = 18716;
 const K8S_PORT = 16451;
@@ -167,10 +167,12 @@ before(async () => {
   }));
   kiln = spawn(KILN, ["serve", "--config", path.join(dir, "kiln.json"), "--grace", "5"], { stdio: ["ignore", "pipe", "pipe"] });
   kiln.stderr.on("data", (d) => { kilnLog += d; });
-  for (let i = 0; i < 100; i++) {
-    try { if ((await fetch(`http://127.0.0.1:${PORT}/healthz`)).ok) break; } catch {}
-    await new Promise((r) => setTimeout(r, 100));
+  let up = false;
+  for (let i = 0; i < 600 && !up; i++) {
+    try { up = (await fetch(`http://127.0.0.1:${PORT}/healthz`)).ok; } catch {}
+    if (!up) await new Promise((r) => setTimeout(r, 100));
   }
+  assert.ok(up, `kiln serve did not come up: ${kilnLog}`);
   pushBranch("loc", "c1");
   pushBranch("loc", "c2", (w) => editMain(w, `[]byte("ok\\n")`, `[]byte("ok v2\\n")`));
   pushBranch("loc", "c3", (w) => editMain(w, `port := os.Getenv("PORT")`, `log.Fatal("boom: refusing to start")\n\tport := os.Getenv("PORT")`));
@@ -180,19 +182,20 @@ before(async () => {
 });
 
 after(async () => {
-  if (kiln) {
+  if (kiln && kiln.exitCode === null && kiln.signalCode === null) {
+    const exited = new Promise((r) => kiln.once("exit", r));
     kiln.kill("SIGTERM");
-    await new Promise((r) => kiln.once("exit", r));
+    await exited;
   }
-  if (fake) fake.kill("SIGTERM");
+  if (fake && fake.exitCode === null) fake.kill("SIGTERM");
   try { sh(path.join(root, "scripts/registry.sh"), ["stop", "--dir", regDir]); } catch {}
   const regPassword = fs.existsSync(path.join(regDir, "password")) ? fs.readFileSync(path.join(regDir, "password"), "utf8").trim() : null;
+  const left = spawnSync("pgrep", ["-f", `bwrap.*${dir}`], { encoding: "utf8" }).stdout.trim();
   if (process.env.KILN_E2E_KEEP) console.log(`kept ${dir}`); else fs.rmSync(dir, { recursive: true, force: true });
   for (const t of [...Object.values(tokens), operatorToken, k8sToken])
     assert.ok(!kilnLog.includes(t), "no token reaches kiln's log");
   if (regPassword) assert.ok(!kilnLog.includes(regPassword), "the registry password never reaches kiln's log");
-  // The local deploy target's candidates stop with kiln.
-  const left = spawnSync("pgrep", ["-f", "bwrap.*kiln"], { encoding: "utf8" }).stdout.trim();
+  // The local deploy target's candidates (sandboxes over roots in this test's state dir) stop with kiln.
   assert.equal(left, "", `no sandboxed candidate survives kiln: ${left}`);
 });
 

@@ -96,9 +96,10 @@ before(async () => {
 });
 
 after(async () => {
-  if (kiln) {
+  if (kiln && kiln.exitCode === null && kiln.signalCode === null) {
+    const exited = new Promise((r) => kiln.once("exit", r));
     kiln.kill("SIGTERM");
-    await new Promise((r) => kiln.once("exit", r));
+    await exited;
   }
   try { sh(path.join(root, "scripts/registry.sh"), ["stop", "--dir", regDir]); } catch {}
   if (process.env.KILN_E2E_KEEP) console.log(`kept ${dir}`); else fs.rmSync(dir, { recursive: true, force: true });
