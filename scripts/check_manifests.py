@@ -290,7 +290,9 @@ def check_config(objs, rep, kiln):
         found = True
         with tempfile.TemporaryDirectory() as d:
             for k, v in files.items():
-                with open(os.path.join(d, k), "wb") as f:
+                # Secret files are never world-readable (defaultMode 0440 in the Deployment): same here.
+                fd = os.open(os.path.join(d, k), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as f:
                     f.write(v)
             for k, v in (cm.get("data") or {}).items():
                 with open(os.path.join(d, k), "w") as f:
