@@ -116,6 +116,7 @@ BUILD_DEPS=$(awk '/^[[:space:]]*#[[:space:]]*(toolchain|libraries)/ {on=1; next}
 #   the compile is cache hits. ccache hashes the locale variables: pass the host's.
 # - $WORK/apt-archives at /var/cache/apt/archives, seeded with hard links to the host's .debs
 #   (what scripts/setup.sh downloaded): apt only downloads what the host does not have.
+# - $WORK/apt-lists at /var/lib/apt/lists (not a locked cache mount: image/Containerfile).
 CCACHE_HOST=${KILN_IMAGE_CCACHE_DIR:-}
 if [ -z "$CCACHE_HOST" ] && command -v ccache >/dev/null 2>&1; then
   CCACHE_HOST=$(ccache -k cache_dir 2>/dev/null || true)
@@ -127,7 +128,7 @@ for v in LANG LC_ALL LC_CTYPE LC_MESSAGES; do
   [ -n "${!v+x}" ] && LOCALE_ENV+="${LOCALE_ENV:+ }$v=${!v}"
 done
 DEBS=$WORK/apt-archives
-mkdir -p "$DEBS/partial"
+mkdir -p "$DEBS/partial" "$WORK/apt-lists/partial"
 HOST_DEBS=/var/cache/apt/archives
 if compgen -G "$HOST_DEBS/*.deb" >/dev/null; then
   cp -l -n "$HOST_DEBS"/*.deb "$DEBS"/ 2>/dev/null ||
@@ -136,7 +137,8 @@ fi
 log "ccache $CCACHE_HOST, apt archives $DEBS ($(compgen -G "$DEBS/*.deb" | wc -l) .debs)"
 TAG=$REGISTRY/kiln/kiln:${COMMIT:0:12}
 "${BUILDAH[@]}" build --isolation chroot --layers --pull=missing "${TLS[@]}" --authfile "$AUTH" \
-  --volume "$DEBS:/var/cache/apt/archives:rw" --volume "$CCACHE_HOST:/mnt:rw" \
+  --volume "$DEBS:/var/cache/apt/archives:rw" --volume "$WORK/apt-lists:/var/lib/apt/lists:rw" \
+  --volume "$CCACHE_HOST:/mnt:rw" \
   --build-arg "KILN_BASE=$BASE" --build-arg "KILN_BUILD_DEPS=$BUILD_DEPS" \
   --build-arg "KILN_CCACHE_LOCALE=$LOCALE_ENV" \
   --label "org.opencontainers.image.revision=$COMMIT" \

@@ -7,7 +7,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 KILN="$(realpath "${1:?usage: layered_cli_test.sh KILN}")"
-PORT=${KILN_LAYERED_TEST_PORT:-5140}
+PORT=${KILN_LAYERED_TEST_PORT:-5141}
 T=$(mktemp -d /var/tmp/kiln-layered-test.XXXXXX)
 pass=0; fail=0
 ok() { echo "ok - $*"; pass=$((pass + 1)); }
