@@ -210,7 +210,8 @@ if [ "$SMOKE" = 1 ]; then
   chmod 0750 "$SMOKEDIR"; chgrp "$KILN_GID" "$SMOKEDIR"
   TOKEN=$(openssl rand -hex 24)
   HASH=$(printf '%s' "$TOKEN" | sha256sum | cut -d' ' -f1)
-  install -m 0440 -g "$KILN_GID" "$AUTH" "$SMOKEDIR/registry-auth.json"
+  # check-config wants kiln's credential files 0600 and owned by kiln's uid.
+  install -m 0600 -o "$KILN_UID" -g "$KILN_GID" "$AUTH" "$SMOKEDIR/registry-auth.json"
   cat >"$SMOKEDIR/kiln.json" <<JSON
 {
   "log_level": "info",

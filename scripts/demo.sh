@@ -119,14 +119,6 @@ push_branch ranker "$ROOT/examples/ranker" r1
   echo "agent cloned epp.git, committed a change and pushed candidate c2"
 )
 
-say "scripted agent (MCP over Streamable HTTP, official TypeScript SDK client)"
-(cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/epp.token")" \
-  GOOD=c1 BAD=c2 DEPLOY_URL="http://127.0.0.1:$DEPLOY_PORT/healthz" node scripted_agent.mjs)
-
-say "kiln apply: the loop engine's backstop before the judge measures (operator token)"
-KILN_TOKEN="$(cat "$DEMO/operator.token")" "$KILN" apply --server "http://127.0.0.1:$PORT" --domain epp --timeout 300
-echo "kiln apply exit code: $?"
-
 say "the ranker domain, through the same scheduler"
 (cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/ranker.token")" \
   node -e '
@@ -142,6 +134,14 @@ import("@modelcontextprotocol/sdk/client/index.js").then(async ({ Client }) => {
   await c.close();
   process.exit(s.status === "succeeded" ? 0 : 1);
 });')
+
+say "scripted agent (MCP over Streamable HTTP, official TypeScript SDK client)"
+(cd "$ROOT/tests/e2e" && KILN_URL="http://127.0.0.1:$PORT/mcp" KILN_TOKEN="$(cat "$DEMO/epp.token")" \
+  GOOD=c1 BAD=c2 DEPLOY_URL="http://127.0.0.1:$DEPLOY_PORT/healthz" node scripted_agent.mjs)
+
+say "kiln apply: the loop engine's backstop before the judge measures (operator token)"
+KILN_TOKEN="$(cat "$DEMO/operator.token")" "$KILN" apply --server "http://127.0.0.1:$PORT" --domain epp --timeout 300
+echo "kiln apply exit code: $?"
 
 say "metrics (excerpt)"
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^kiln_builds_total|^kiln_build_cache_hits_total' || true
