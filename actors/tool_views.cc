@@ -34,6 +34,15 @@ Status GetString(const nlohmann::json& args, const char* name, bool required,
   return Status::Ok();
 }
 
+// An optional boolean argument; `*out` keeps its default when absent or null.
+Status GetBool(const nlohmann::json& args, const char* name, bool* out) {
+  auto it = args.find(name);
+  if (it == args.end() || it->is_null()) return Status::Ok();
+  if (!it->is_boolean()) return Status::InvalidArgument(std::string("argument '") + name + "' must be a boolean");
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool IsValidBuildId(const std::string& id) {
@@ -57,11 +66,7 @@ Status ParseBuildArgs(const nlohmann::json& args, BuildRequest* out) {
   if (!(s = GetString(args, "commit", false, &commit)).ok()) return s;
   if (commit && !(s = ValidateCommit(*commit)).ok()) return s;
   bool wait = true;
-  auto w = args.find("wait");
-  if (w != args.end() && !w->is_null()) {
-    if (!w->is_boolean()) return Status::InvalidArgument("argument 'wait' must be a boolean");
-    wait = w->get<bool>();
-  }
+  if (!(s = GetBool(args, "wait", &wait)).ok()) return s;
   out->candidate = *cand;
   out->ref = ref;
   out->commit = commit;
@@ -81,11 +86,7 @@ Status ParseDeployArgs(const nlohmann::json& args, DeployArgs* out) {
   if (id && !IsValidBuildId(*id))
     return Status::InvalidArgument("argument 'build_id' is not a build id (b- and 16 hex digits)");
   bool wait = true;
-  auto w = args.find("wait");
-  if (w != args.end() && !w->is_null()) {
-    if (!w->is_boolean()) return Status::InvalidArgument("argument 'wait' must be a boolean");
-    wait = w->get<bool>();
-  }
+  if (!(s = GetBool(args, "wait", &wait)).ok()) return s;
   out->candidate = *cand;
   out->build_id = id;
   out->wait = wait;
