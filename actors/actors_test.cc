@@ -376,5 +376,48 @@ TEST_F(ActorsTest, ApplyDeploysMostRecentlyBuiltCandidateAndIsIdempotent) {
   EXPECT_EQ(ds.structured["candidates"].size(), 2u);
 }
 
+// ---- durable state: a restart keeps the builds and the deployed build (state/ journal) ----
+
+TEST_F(ActorsTest, RestartKeepsLatestBuildsAndDeployedBuild) {
+  auto dep = std::make_shared<FakeDeployer>();
+  deployers_["a"] = dep;
+  Start(1);
+  ToolResult good = Build("a", "c1", Source("r1", "package main // 1"));
+  ASSERT_FALSE(good.is_error) << good.structured.dump();
+  ToolResult bad = Build("a", "c2", Source("r2", "x", /*broken=*/true));
+  ASSERT_TRUE(bad.is_error);
+  ToolResult d = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
+  ASSERT_EQ(d.structured["status"], "rolled_out");
+  ToolResult before = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
+
+  rt_->Shutdown(std::chrono::milliseconds(0));
+  rt_.reset();
+  Start(1);  // same state_dir
+
+  ToolResult after = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
+  EXPECT_EQ(after.structured["latest_build"]["build_id"], good.structured["build_id"]);
+  EXPECT_EQ(after.structured["latest_build"]["status"], "succeeded");
+  EXPECT_EQ(after.structured["latest_build"]["image"], good.structured["image"]);
+  EXPECT_EQ(after.structured["latest_successful_build"]["build_id"], good.structured["build_id"]);
+  EXPECT_EQ(after.structured["deployed_build"]["build_id"], good.structured["build_id"]);
+  EXPECT_EQ(after.structured["deployed_build"]["deploy_id"], d.structured["deploy_id"]);
+  EXPECT_EQ(after.structured["deployed_build"]["image"], before.structured["deployed_build"]["image"]);
+  ToolResult c2 = Call("a", "candidate_status", {{"candidate", "c2"}}).get();
+  EXPECT_EQ(c2.structured["latest_build"]["status"], "failed");
+  EXPECT_EQ(c2.structured["latest_build"]["diagnostics"], bad.structured["diagnostics"]);
+  ToolResult list = Call("a", "list_candidates", json::object()).get();
+  EXPECT_EQ(list.structured["candidates"].size(), 2u);
+  // The restored build is deployable and apply finds it (no patch: already running).
+  ToolResult ap = Call("a", "apply", json::object()).get();
+  EXPECT_EQ(ap.structured["status"], "rolled_out") << ap.structured.dump();
+  EXPECT_EQ(ap.structured["build_id"], good.structured["build_id"]);
+  EXPECT_FALSE(ap.structured["changed"].get<bool>());
+  // New builds still get fresh ids and become the latest.
+  ToolResult next = Build("a", "c1", Source("r3", "package main // 3"));
+  EXPECT_NE(next.structured["build_id"], good.structured["build_id"]);
+  ToolResult st = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
+  EXPECT_EQ(st.structured["latest_build"]["build_id"], next.structured["build_id"]);
+}
+
 }  // namespace
 }  // namespace kiln

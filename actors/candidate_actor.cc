@@ -22,6 +22,8 @@
 #include "actors/domain_env.h"
 #include "actors/key_store.h"
 #include "actors/protocol.h"
+#include "actors/state_writer.h"
+#include "state/state_store.h"
 #include "actors/tool_views.h"
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
@@ -53,6 +55,9 @@ struct Record {
   std::vector<caf::response_promise> promises;
   std::vector<caf::actor> sinks;
   Clock::time_point requested = Clock::now();
+  // Wall-clock order of the request (unix ns); survives restarts (restored from the journal).
+  int64_t order = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
   Clock::time_point started;
   bool owner_running = false;  // we hold a scheduler slot for this build
   bool holds_push_lane = false;
@@ -116,7 +121,8 @@ void SendSummary(Self* self) {
     j["latest_successful_build"] = {{"build_id", r.snap.id},
                                     {"commit", r.snap.commit},
                                     {"image", r.snap.outcome ? r.snap.outcome->image_ref : ""},
-                                    {"digest", r.snap.outcome ? r.snap.outcome->digest : ""}};
+                                    {"digest", r.snap.outcome ? r.snap.outcome->digest : ""},
+                                    {"order", r.order}};
   } else {
     j["latest_successful_build"] = nullptr;
   }
@@ -158,11 +164,67 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     s.env->metrics->BuildFinished(s.env->domain, s.env->dc->build.mode, StatusWireName(st),
                                   r.snap.timings.build_ms / 1000.0, r.snap.timings.push_ms / 1000.0,
                                   r.snap.cache_hit);
+  if (s.env->store) {
+    BuildFinish f;
+    f.id = r.snap.id;
+    f.status = st;
+    if (outcome) {
+      f.image_ref = st == BuildStatus::kSucceeded ? outcome->image_ref : "";
+      f.digest = st == BuildStatus::kSucceeded ? outcome->digest : "";
+      f.diagnostics = outcome->diagnostics;
+    }
+    f.timings = r.snap.timings;
+    f.error = r.snap.error.empty() && outcome ? outcome->error : r.snap.error;
+    f.cache_hit = r.snap.cache_hit;
+    f.commit = r.snap.commit;
+    f.build_key = r.key;
+    auto store = s.env->store;
+    s.env->writer->Post([store, f] {
+      Status st = store->RecordBuildFinished(f);
+      if (!st.ok()) spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
+    });
+  }
   ToolResult res = ResultOf(r);
   for (auto& p : r.promises) p.deliver(res);
   r.promises.clear();
   r.sinks.clear();
   TrimHistory(self);
+}
+
+// Restores the candidate's recent builds from the journal (after a restart): final records
+// with their outcome; their logs are not kept across restarts.
+void Restore(Self* self) {
+  auto& s = self->state;
+  if (!s.env->store) return;
+  auto builds = s.env->store->Builds(s.env->domain, s.name, s.env->history_per_candidate);
+  for (auto it = builds.rbegin(); it != builds.rend(); ++it) {  // oldest first
+    const BuildRecord& b = *it;
+    if (s.records.count(b.id)) continue;
+    Record& r = s.records[b.id];
+    r.snap.id = b.id;
+    r.snap.candidate = s.name;
+    r.snap.commit = b.commit;
+    r.snap.status = b.status;
+    r.snap.cache_hit = b.cache_hit;
+    r.snap.timings = b.timings;
+    r.snap.error = b.error;
+    auto o = std::make_shared<BuildOutcome>();
+    o->status = b.status;
+    o->image_ref = b.image_ref;
+    o->digest = b.digest;
+    o->diagnostics = b.diagnostics;
+    o->error = b.error;
+    o->built_by = b.id;
+    o->commit = b.commit;
+    r.snap.outcome = o;
+    r.order = b.started_at_ms * 1000000;
+    r.log = std::make_shared<LogBuffer>(4096);
+    r.log->Append("kiln: the log of this build was not kept across a restart of kiln\n");
+    r.log->Close();
+    s.history.push_back(b.id);
+    if (b.status == BuildStatus::kSucceeded && !b.digest.empty()) s.latest_success = b.id;
+  }
+  if (!builds.empty()) SendSummary(self);
 }
 
 std::shared_ptr<BuildOutcome> MakeOutcome(const Record& r, BuildStatus st) {
@@ -489,6 +551,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
   s.name = std::move(name);
   s.scheduler = std::move(scheduler);
   s.domain = std::move(domain);
+  Restore(self);
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
@@ -509,6 +572,18 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         }
         s.history.push_back(id);
         s.active = id;
+        if (s.env->store) {
+          BuildRecord b;
+          b.id = id;
+          b.domain = s.env->domain;
+          b.candidate = s.name;
+          b.status = BuildStatus::kResolving;
+          auto store = s.env->store;
+          s.env->writer->Post([store, b]() mutable {
+            Status st = store->RecordBuildStarted(&b);
+            if (!st.ok()) spdlog::error("state journal: cannot record build {}: {}", b.id, st.message());
+          });
+        }
         if (s.env->busy && !req.source_dir && !req.commit) {
           std::string branch = req.ref ? *req.ref : s.name;
           if (branch.rfind("refs/heads/", 0) == 0) branch = branch.substr(11);
@@ -574,8 +649,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
           return {ErrorJson("build '" + id + "' is " + StatusWireName(r.snap.status) +
                             "; only a succeeded build can be deployed"),
                   true};
-        int64_t order = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            r.requested.time_since_epoch()).count();
+        int64_t order = r.order;
         return {{{"build_id", id},
                  {"candidate", s.name},
                  {"commit", r.snap.commit},

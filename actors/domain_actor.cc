@@ -19,6 +19,8 @@
 #include "actors/deploy_order.h"
 #include "actors/domain_env.h"
 #include "actors/protocol.h"
+#include "actors/state_writer.h"
+#include "state/state_store.h"
 #include "actors/tool_views.h"
 
 namespace kiln {
@@ -164,6 +166,20 @@ void FinishDeploy(Self* self, DeployRun& run, DeployResult res) {
     spdlog::warn("deploy {} domain={} candidate={} build={} -> failed: {}: {}", run.id, s.env->domain,
                  run.req.candidate, run.req.build_id, res.reason, res.message);
   }
+  if (s.env->store) {
+    DeployRecord rec;
+    rec.deploy_id = run.id;
+    rec.domain = s.env->domain;
+    rec.build_id = run.req.build_id;
+    rec.image = run.req.image;
+    rec.status = DeployStateName(res.state);
+    rec.reason = res.reason;
+    auto store = s.env->store;
+    s.env->writer->Post([store, rec]() mutable {
+      Status st = store->RecordDeploy(&rec);
+      if (!st.ok()) spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id, st.message());
+    });
+  }
   ToolResult out{DeployJson(run), res.state != DeployState::kRolledOut};
   for (auto& rp : run.waiters) rp.deliver(out);
   run.waiters.clear();
@@ -299,6 +315,26 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
   });
   self->state.env = std::move(env);
   self->state.scheduler = std::move(scheduler);
+  {
+    auto& s = self->state;
+    // After a restart: the deployed build, and the candidates (so list_candidates, apply and
+    // candidate_status answer as before). Reads are in memory (the store loaded at start).
+    if (s.env->store) {
+      if (auto d = s.env->store->Deployed(s.env->domain)) {
+        nlohmann::json j = {{"deploy_id", d->deploy_id}, {"build_id", d->build_id},
+                            {"image", d->image},         {"status", "rolled_out"},
+                            {"candidate", ""},           {"digest", ""},
+                            {"commit", ""}};
+        if (auto b = s.env->store->Build(d->build_id)) {
+          j["candidate"] = b->candidate;
+          j["digest"] = b->digest;
+          j["commit"] = b->commit;
+        }
+        s.deployed = j;
+      }
+    }
+    for (const auto& c : s.env->known_candidates) Candidate(self, c, true);
+  }
   return {
       [=](tool_atom, ToolCall& call, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
@@ -394,7 +430,8 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
           std::string id = sum.json["latest_successful_build"].value("build_id", "");
           if (s.success_id[sum.candidate] != id) {
             s.success_id[sum.candidate] = id;
-            s.success_seq[sum.candidate] = ++s.success_clock;
+            // Most recently requested successful build wins (also across restarts).
+            s.success_seq[sum.candidate] = sum.json["latest_successful_build"].value("order", ++s.success_clock);
           }
         }
         if (sum.json.contains("latest_build") && sum.json["latest_build"].is_object())

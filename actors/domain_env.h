@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/blocking_work.h"
 #include "actors/busy_branches.h"
@@ -17,6 +18,8 @@ namespace kiln {
 
 class BuildMetrics;
 class KeyStore;
+class StateStore;
+class StateWriter;
 
 struct DomainEnv {
   std::shared_ptr<const Config> config;
@@ -32,6 +35,9 @@ struct DomainEnv {
   std::shared_ptr<BusyBranches> busy;      // may be null
   std::shared_ptr<KeyStore> keys;          // may be null: no persistent build-key cache
   std::shared_ptr<Deployer> deployer;      // null: deploy.type "none"
+  std::shared_ptr<StateStore> store;       // may be null: nothing persisted (`kiln build`)
+  std::shared_ptr<StateWriter> writer;     // set with store: the store's writes run here
+  std::vector<std::string> known_candidates;  // candidates with a workspace (restored at start)
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;
   size_t history_per_candidate = 50;

@@ -22,11 +22,14 @@
 #include "actors/key_store.h"
 #include "actors/protocol.h"
 #include "actors/scheduler_actor.h"
+#include "actors/state_writer.h"
 #include "actors/tool_views.h"
 #include "builder/buildah_builder.h"
 #include "builder/layered_builder.h"
 #include "builder/process_runner.h"
 #include "builder/registry_client.h"
+#include "common/names.h"
+#include "state/state_store.h"
 #include "deploy/local_deployer.h"
 #include "k8s/kubernetes_deployer.h"
 
@@ -69,6 +72,8 @@ struct Runtime::Impl {
   caf::actor scheduler;
   std::map<std::string, caf::actor> domains;
   std::vector<std::shared_ptr<Deployer>> deployers;  // shut down after the domains
+  std::shared_ptr<StateStore> store;                 // null when not persisting
+  std::shared_ptr<StateWriter> writer;
 
   std::mutex mu;
   uint64_t next_handle = 1;
@@ -121,6 +126,19 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   if (ec) return Status::FailedPrecondition("cannot create state directory " + state + ": " + ec.message());
   fs::permissions(state, fs::perms::owner_all, fs::perm_options::replace, ec);
 
+  if (opts.persist) {
+    impl->store = std::make_shared<StateStore>(StateStoreOptions{});
+    LoadSummary sum;
+    Status st = impl->store->Load(state + "/state", &sum);
+    if (!st.ok()) return Status::FailedPrecondition("state journal " + state + "/state: " + st.message());
+    impl->writer = std::make_shared<StateWriter>();
+    spdlog::info("state: {} build(s), {} deployed domain(s) loaded in {} ms{}", sum.builds, sum.deploys,
+                 sum.load_ms,
+                 sum.interrupted.empty() ? "" : "; " + std::to_string(sum.interrupted.size()) +
+                                                     " build(s) were running when kiln stopped: now interrupted");
+    for (const auto& c : sum.corruptions) spdlog::error("state: {}", c);
+    for (const auto& n : sum.notes) spdlog::info("state: {}", n);
+  }
   impl->sys_cfg = std::make_unique<SystemConfig>(opts.worker_threads);
   impl->sys = std::make_unique<caf::actor_system>(*impl->sys_cfg);
   std::map<std::string, int> weights;
@@ -150,6 +168,11 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     else if (opts.deploy)
       env->deployer = MakeDeployer(name, d, reg->second, env->domain_dir);
     if (env->deployer) impl->deployers.push_back(env->deployer);
+    env->store = impl->store;
+    env->writer = impl->writer;
+    if (impl->store)
+      for (const auto& c : impl->store->Candidates(name))
+        if (ValidateName(c, "candidate").ok()) env->known_candidates.push_back(c);
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
@@ -302,6 +325,7 @@ void Runtime::Shutdown(std::chrono::milliseconds grace) {
     impl->calls.clear();
   }
   impl->sys.reset();
+  if (impl->writer) impl->writer->Drain();  // every journal write the actors posted is on disk
 }
 
 }  // namespace kiln

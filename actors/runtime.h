@@ -27,6 +27,7 @@ struct RuntimeOptions {
   bool open_repositories = true;             // false for `kiln build --source` (no git)
   bool readiness_checks = true;              // background builder/registry checks for /readyz
   bool deploy = true;                        // false: no deployers (`kiln build`)
+  bool persist = true;                       // false: no state journal (`kiln build`)
   /// Overrides the deployer of a domain (tests); domains not listed get the configured one.
   std::map<std::string, std::shared_ptr<Deployer>> deployers;
 };

@@ -133,6 +133,7 @@ int Build(const std::map<std::string, std::string>& flags) {
   opts.open_repositories = false;
   opts.readiness_checks = false;
   opts.deploy = false;
+  opts.persist = false;  // `kiln build` may run beside `kiln serve` on the same state_dir
   std::unique_ptr<kiln::Runtime> rt;
   st = kiln::Runtime::Create(cfg, opts, &rt);
   if (!st.ok()) {

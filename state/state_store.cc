@@ -157,6 +157,8 @@ json FinishJson(const BuildFinish& f) {
           {"timings", TimingsJson(f.timings)},
           {"error", f.error},
           {"cache_hit", f.cache_hit},
+          {"commit", f.commit},
+          {"build_key", f.build_key},
           {"finished_at_ms", f.finished_at_ms}};
 }
 
@@ -244,6 +246,8 @@ struct StateStore::Model {
     b.timings = TimingsFrom(j.at("timings"));
     b.error = j.value("error", "");
     b.cache_hit = j.value("cache_hit", false);
+    if (!j.value("commit", "").empty()) b.commit = j.value("commit", "");
+    if (!j.value("build_key", "").empty()) b.build_key = j.value("build_key", "");
     b.finished_at_ms = j.value("finished_at_ms", int64_t{0});
     if (Final(b.status)) OnFinal(b);
   }
@@ -655,6 +659,15 @@ std::vector<BuildRecord> StateStore::Builds(const std::string& domain, const std
   for (auto r = it->second.rbegin(); r != it->second.rend() && out.size() < limit; ++r) {
     out.push_back(model_->builds.at(r->second).record);
   }
+  return out;
+}
+
+std::vector<std::string> StateStore::Candidates(const std::string& domain) const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  std::vector<std::string> out;
+  for (auto it = model_->by_candidate.lower_bound({domain, std::string()});
+       it != model_->by_candidate.end() && it->first.first == domain; ++it)
+    if (!it->second.empty()) out.push_back(it->first.second);
   return out;
 }
 

@@ -78,6 +78,8 @@ struct BuildFinish {
   BuildTimings timings;
   std::string error;
   bool cache_hit = false;
+  std::string commit;     // when known only now (resolved after the start); "" keeps the old
+  std::string build_key;  // likewise
   int64_t finished_at_ms = 0;  // 0: now
 };
 
@@ -177,6 +179,8 @@ class StateStore {
   /// Builds of a candidate, newest first, at most `limit`.
   std::vector<BuildRecord> Builds(const std::string& domain, const std::string& candidate,
                                   size_t limit = 50) const;
+  /// Candidates of `domain` with at least one build, in name order.
+  std::vector<std::string> Candidates(const std::string& domain) const;
   /// Builds not in a final state.
   std::vector<BuildRecord> ActiveBuilds() const;
   /// The sequence number the next assigned build id will carry.

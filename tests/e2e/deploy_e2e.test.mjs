@@ -116,6 +116,17 @@ function httpGet(u) {
   return fetch(u).then(async (r) => ({ status: r.status, body: await r.text() }), (e) => ({ status: 0, body: String(e) }));
 }
 
+async function startKiln() {
+  kiln = spawn(KILN, ["serve", "--config", path.join(dir, "kiln.json"), "--grace", "5"], { stdio: ["ignore", "pipe", "pipe"] });
+  kiln.stderr.on("data", (d) => { kilnLog += d; });
+  let up = false;
+  for (let i = 0; i < 600 && !up; i++) {
+    try { up = (await fetch(`http://127.0.0.1:${PORT}/healthz`)).ok; } catch {}
+    if (!up) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(up, `kiln serve did not come up: ${kilnLog}`);
+}
+
 before(async () => {
   sh(path.join(root, "scripts/registry.sh"), ["start", "--dir", regDir, "--port", String(REG_PORT)]);
   sh(path.join(root, "scripts/base_images.sh"), ["--registry", `127.0.0.1:${REG_PORT}`, "--authfile", path.join(regDir, "auth.json")]);
@@ -165,14 +176,7 @@ before(async () => {
       pf: domain(tokens.pf, "e2e/pullfail", k8s("pf")),
     },
   }));
-  kiln = spawn(KILN, ["serve", "--config", path.join(dir, "kiln.json"), "--grace", "5"], { stdio: ["ignore", "pipe", "pipe"] });
-  kiln.stderr.on("data", (d) => { kilnLog += d; });
-  let up = false;
-  for (let i = 0; i < 600 && !up; i++) {
-    try { up = (await fetch(`http://127.0.0.1:${PORT}/healthz`)).ok; } catch {}
-    if (!up) await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.ok(up, `kiln serve did not come up: ${kilnLog}`);
+  await startKiln();
   pushBranch("loc", "c1");
   pushBranch("loc", "c2", (w) => editMain(w, `[]byte("ok\\n")`, `[]byte("ok v2\\n")`));
   pushBranch("loc", "c3", (w) => editMain(w, `port := os.Getenv("PORT")`, `log.Fatal("boom: refusing to start")\n\tport := os.Getenv("PORT")`));
@@ -276,6 +280,22 @@ test("kubernetes target (fake API server): rollout by digest, apply is idempoten
   assert.equal(dep.spec.template.spec.containers[0].image, b2.image.ref);
   assert.equal(dep.status.updatedReplicas, 2);
   await client.close();
+
+  // kill -9 kiln and start it again: the journal keeps the builds and the deployed build.
+  const killed = new Promise((r) => kiln.once("exit", r));
+  kiln.kill("SIGKILL");
+  await killed;
+  await startKiln();
+  const again = await connect("web");
+  const st = await again.callTool({ name: "candidate_status", arguments: { candidate: "c2" } });
+  assert.equal(st.structuredContent.latest_build.build_id, b2.build_id);
+  assert.equal(st.structuredContent.latest_build.image.digest, b2.image.digest);
+  assert.equal(st.structuredContent.deployed_build.build_id, b2.build_id);
+  const a4 = apply("web");
+  assert.equal(a4.code, 0, a4.stderr);
+  assert.equal(a4.json.build_id, b2.build_id);
+  assert.equal(a4.json.changed, false, "after a restart: still deployed, nothing patched");
+  await again.close();
 
   const pf = await connect("pf");
   await build(pf, "c1");
