@@ -56,8 +56,14 @@ T_START=$(now_ms)
 phase() { log "$1: $(( $(now_ms) - $2 )) ms"; }
 
 # --- 1. registry --------------------------------------------------------------------------
-reg=$("$ROOT/scripts/registry.sh" start --dir "${KILN_IMAGE_REGISTRY_DIR:-/var/tmp/kiln-image-registry}" \
-  --port "${KILN_IMAGE_REGISTRY_PORT:-5140}")
+REG_DIR="${KILN_IMAGE_REGISTRY_DIR:-/var/tmp/kiln-image-registry}"
+# The registry stops when this script ends (its data stays in REG_DIR for the next run);
+# KILN_IMAGE_KEEP_REGISTRY=1 leaves it running, e.g. to pull the image afterwards.
+stop_registry() {
+  [ "${KILN_IMAGE_KEEP_REGISTRY:-0}" = 1 ] || "$ROOT/scripts/registry.sh" stop --dir "$REG_DIR" >/dev/null 2>&1 || true
+}
+trap stop_registry EXIT
+reg=$("$ROOT/scripts/registry.sh" start --dir "$REG_DIR" --port "${KILN_IMAGE_REGISTRY_PORT:-5140}")
 REGISTRY=$(sed -n 's/^host=//p' <<<"$reg")
 AUTH=$(sed -n 's/^auth_file=//p' <<<"$reg")
 
@@ -168,6 +174,7 @@ cleanup() {
   fi
   [ -n "$CTR" ] && "${BUILDAH[@]}" rm "$CTR" >/dev/null 2>&1 || true
   [ -n "$SMOKEDIR" ] && rm -rf "$SMOKEDIR"
+  stop_registry
 }
 trap cleanup EXIT
 
