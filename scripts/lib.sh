@@ -26,6 +26,10 @@ pid_alive() {
   pid=$(cat "$pidfile")
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
+  # A killed process that its new parent has not reaped yet is a zombie: not alive.
+  local state
+  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] || return 1
   if [ -n "$name" ]; then
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] || return 1
   fi
