@@ -164,18 +164,15 @@ Status RegistryClient::Check(const std::string& repo) const {
 }
 
 Status RegistryClient::Send(const Origin& origin, const Request& r, Response* resp) {
-  std::mt19937_64 rng(std::random_device{}());
   Status last;
   const std::string where = "registry " + origin.HostPort();
+  const std::string path = r.target.substr(0, r.target.find('?'));  // the query may hold upload state
   for (int attempt = 0; attempt < std::max(1, opts_.attempts); ++attempt) {
     if (attempt > 0) {
-      // Only the origin, the path (no query: it may hold upload state) and the error.
+      // Only the origin, the path and the error.
       spdlog::warn("{}: retrying {} {} (attempt {}): {}", where,
-                   std::string(http::to_string(r.method)), r.target.substr(0, r.target.find('?')),
-                   attempt + 1, last.message());
-      auto base = opts_.backoff_base * (1 << (attempt - 1));
-      std::uniform_int_distribution<long> jitter(0, base.count() / 2 + 1);
-      std::this_thread::sleep_for(base + std::chrono::milliseconds(jitter(rng)));
+                   std::string(http::to_string(r.method)), path, attempt + 1, last.message());
+      SleepBeforeRetry(opts_.backoff_base, attempt);
     }
     HttpClientRequest req;
     req.method = std::string(http::to_string(r.method));
@@ -189,21 +186,11 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
     } catch (const std::exception& e) {
       return Status::Internal(where + ": " + e.what());
     }
-    switch (x.failure) {
-      case HttpFailure::kNone:
-        break;
-      case HttpFailure::kConnect:
-        last = Status::Unavailable(where + " unreachable: " + x.detail);
-        continue;
-      case HttpFailure::kIo:
-        last = Status::Unavailable(where + " connection failed: " + x.detail);
-        continue;
-      case HttpFailure::kTls:  // certificate problems do not heal on retry
-        return Status::FailedPrecondition(where + " TLS handshake failed: " + x.detail);
-      case HttpFailure::kBodyLimit:
-        return Status::ResourceExhausted(where + ": response to " +
-                                         std::string(r.target.substr(0, r.target.find('?'))) +
-                                         " exceeds " + std::to_string(r.body_limit) + " bytes");
+    if (!x.ok()) {
+      bool retryable = false;
+      last = HttpFailureStatus(x, where, path, r.body_limit, &retryable);
+      if (retryable) continue;
+      return last;
     }
     if (resp->status >= 500 || resp->status == 429) {
       last = Status::Unavailable(where + " returned " + std::to_string(resp->status));

@@ -75,7 +75,6 @@ Status KubeClient::Create(const KubeConfig& cfg, KubeClientOptions opts,
 Status KubeClient::Send(const std::string& method, const std::string& target,
                         const std::string& content_type, const std::string& body,
                         HttpClientResponse* resp, KubeCallError* err) {
-  std::mt19937_64 rng(std::random_device{}());
   const std::string where = "Kubernetes API " + server_;
   const std::string path = target.substr(0, target.find('?'));
   Status last;
@@ -85,9 +84,7 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
     if (attempt > 0) {
       spdlog::warn("{}: retrying {} {} (attempt {}): {}", where, method, path, attempt + 1,
                    last.message());
-      auto base = opts_.backoff_base * (1 << std::min(attempt - 1, 10));
-      std::uniform_int_distribution<long> jitter(0, base.count() / 2 + 1);
-      std::this_thread::sleep_for(base + std::chrono::milliseconds(jitter(rng)));
+      SleepBeforeRetry(opts_.backoff_base, attempt);
     }
     HttpClientRequest req;
     req.method = method;
@@ -113,25 +110,19 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
       SetErr(err, 0, "Unavailable");
       return Status::Internal(where + ": " + e.what());
     }
-    switch (x.failure) {
-      case HttpFailure::kNone:
-        break;
-      case HttpFailure::kConnect:
-        last = Status::Unavailable(where + " unreachable: " + x.detail);
+    if (!x.ok()) {
+      bool retryable = false;
+      last = HttpFailureStatus(x, where, path, opts_.max_body_bytes, &retryable);
+      if (retryable) {
         SetErr(err, 0, "Unavailable");
         continue;
-      case HttpFailure::kIo:
-        last = Status::Unavailable(where + " connection failed: " + x.detail);
-        SetErr(err, 0, "Unavailable");
-        continue;
-      case HttpFailure::kTls:
+      }
+      if (x.failure == HttpFailure::kTls) {
         SetErr(err, 0, "TLSError");
-        return Status::FailedPrecondition(where + " TLS handshake failed: " + x.detail +
-                                          " (check the cluster CA of " + source_ + ")");
-      case HttpFailure::kBodyLimit:
-        SetErr(err, 0, "BadResponse");
-        return Status::ResourceExhausted(where + ": response to " + path + " exceeds " +
-                                         std::to_string(opts_.max_body_bytes) + " bytes");
+        return Status::FailedPrecondition(last.message() + " (check the cluster CA of " + source_ + ")");
+      }
+      SetErr(err, 0, "BadResponse");
+      return last;
     }
     if (resp->status >= 500 || resp->status == 429) {
       last = Status::Unavailable(where + " returned " + std::to_string(resp->status) + " for " +

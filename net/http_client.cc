@@ -12,6 +12,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <cctype>
+#include <random>
+#include <thread>
 
 namespace kiln {
 
@@ -116,6 +118,34 @@ bool ParseHttpUrl(const std::string& url, HttpOrigin* o, std::string* rest) {
       !std::all_of(o->port.begin(), o->port.end(), ::isdigit))
     return false;
   return true;
+}
+
+Status HttpFailureStatus(const HttpResult& x, const std::string& where, const std::string& path,
+                         size_t body_limit, bool* retryable) {
+  *retryable = false;
+  switch (x.failure) {
+    case HttpFailure::kConnect:
+      *retryable = true;
+      return Status::Unavailable(where + " unreachable: " + x.detail);
+    case HttpFailure::kIo:
+      *retryable = true;
+      return Status::Unavailable(where + " connection failed: " + x.detail);
+    case HttpFailure::kTls:  // certificate problems do not heal on retry
+      return Status::FailedPrecondition(where + " TLS handshake failed: " + x.detail);
+    case HttpFailure::kBodyLimit:
+      return Status::ResourceExhausted(where + ": response to " + path + " exceeds " +
+                                       std::to_string(body_limit) + " bytes");
+    case HttpFailure::kNone:
+      break;
+  }
+  return Status::Ok();
+}
+
+void SleepBeforeRetry(std::chrono::milliseconds base, int attempt) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  auto delay = base * (1 << std::min(std::max(attempt, 1) - 1, 10));
+  std::uniform_int_distribution<long> jitter(0, delay.count() / 2 + 1);
+  std::this_thread::sleep_for(delay + std::chrono::milliseconds(jitter(rng)));
 }
 
 std::string UrlEncode(const std::string& s) {

@@ -119,6 +119,17 @@ HttpResult HttpRoundTrip(const HttpOrigin& origin, const TlsContext* tls,
                          const HttpClientRequest& req, std::chrono::milliseconds timeout,
                          HttpClientResponse* response);
 
+/// The Status of a failed round trip (x.failure != kNone), shared by the registry and Kubernetes
+/// clients: Unavailable "<where> unreachable|connection failed: <detail>" for kConnect/kIo
+/// (*retryable = true), FailedPrecondition "<where> TLS handshake failed: <detail>" for kTls
+/// and ResourceExhausted "<where>: response to <path> exceeds <limit> bytes" for kBodyLimit.
+Status HttpFailureStatus(const HttpResult& x, const std::string& where, const std::string& path,
+                         size_t body_limit, bool* retryable);
+
+/// Blocks the calling thread before retry number `attempt` (1 = the first retry):
+/// base * 2^(attempt-1) (exponent capped at 10) plus a random jitter of up to half that.
+void SleepBeforeRetry(std::chrono::milliseconds base, int attempt);
+
 /// Percent-encodes everything but ALPHA / DIGIT / "-" / "_" / "." / "~".
 std::string UrlEncode(const std::string& s);
 

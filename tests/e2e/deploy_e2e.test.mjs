@@ -14,6 +14,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { sh, pushCandidate } from "./agent_git.mjs";
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, "../..");
@@ -33,21 +34,9 @@ let kilnLog = "";
 
 function rnd() { return crypto.randomBytes(24).toString("hex"); }
 const sha = (s) => crypto.createHash("sha256").update(s).digest("hex");
-const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"], ...opts }).toString();
 
 function pushBranch(domain, branch, mutate) {
-  const w = fs.mkdtempSync(path.join(dir, `w-${domain}-${branch}-`));
-  fs.cpSync(path.join(root, "examples/epp"), w, { recursive: true });
-  if (mutate) mutate(w);
-  const git = (...a) => sh("git", ["-c", "user.name=agent", "-c", "user.email=a@x", ...a], { cwd: w });
-  git("init", "-q");
-  git("add", "-A");
-  git("commit", "-qm", `candidate ${branch}`);
-  sh("git", ["push", "-q", "-f", `http://127.0.0.1:${PORT}/git/${domain}.git`, `HEAD:refs/heads/${branch}`], {
-    cwd: w,
-    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: "http.extraHeader",
-      GIT_CONFIG_VALUE_0: `Authorization: Bearer ${tokens[domain]}` },
-  });
+  pushCandidate(dir, { port: PORT, domain, branch, token: tokens[domain], mutate });
 }
 
 function editMain(w, from, to) {

@@ -11,6 +11,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { sh, gitPush as agentPush, pushCandidate } from "./agent_git.mjs";
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, "../..");
@@ -26,27 +27,14 @@ let kiln;
 let kilnLog = "";
 
 const sha = (s) => crypto.createHash("sha256").update(s).digest("hex");
-const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"], ...opts }).toString();
 
 function pushBranch(domain, branch, mutate) {
-  const w = fs.mkdtempSync(path.join(dir, `w-${domain}-${branch}-`));
-  fs.cpSync(path.join(root, "examples/epp"), w, { recursive: true });
-  if (mutate) mutate(w);
-  const git = (...a) => sh("git", ["-c", "user.name=agent", "-c", "user.email=a@x", ...a], { cwd: w });
-  git("init", "-q");
-  git("add", "-A");
-  git("commit", "-qm", `candidate ${branch}`);
-  gitPush(w, domain, branch);
-  return sh("git", ["rev-parse", "HEAD"], { cwd: w }).trim();
+  return pushCandidate(dir, { port: PORT, domain, branch, token: domain === "epp" ? tokenA : tokenB, mutate });
 }
 
 // The agent's push: git smart HTTP to kiln with the domain token in a header (not in argv).
 function gitPush(w, domain, branch, token = domain === "epp" ? tokenA : tokenB, extra = []) {
-  return sh("git", ["push", "-q", "-f", ...extra, `http://127.0.0.1:${PORT}/git/${domain}.git`, `HEAD:refs/heads/${branch}`], {
-    cwd: w,
-    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: "http.extraHeader",
-      GIT_CONFIG_VALUE_0: `Authorization: Bearer ${token}` },
-  });
+  return agentPush(w, { port: PORT, domain, branch, token, extra });
 }
 
 async function connect(token = tokenA) {
