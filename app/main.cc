@@ -1,4 +1,5 @@
-// kiln: the command line. Subcommands: serve, apply, build, check-config, hash-token.
+// kiln: the command line. Subcommands: serve, apply, build, check-config, hash-token,
+// state-check.
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "config/config_parser.h"
 #include "app/apply_command.h"
 #include "app/serve_command.h"
+#include "app/state_check_command.h"
 #include "builder/layered_builder.h"
 #include "builder/registry_client.h"
 
@@ -35,6 +37,9 @@ const char* kUsage = R"(usage:
                                       JSON result on stdout, exit 1 when the build fails
   kiln check-config --config FILE     validate; every problem printed as `path: reason`
   kiln hash-token                     read a token on stdin, print its SHA-256 for the config
+  kiln state-check --state-dir DIR [--builds]
+                                      verify the durable state (a copy of DIR/state; safe while
+                                      kiln runs): JSON on stdout, exit 0 consistent, 1 damaged
 )";
 
 // Parses "--name value" pairs; returns false on anything else.
@@ -190,6 +195,26 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "hash-token") return HashToken();
+  if (cmd == "state-check") {
+    // --builds is the one flag without a value.
+    std::vector<char*> rest{argv[0], argv[1]};
+    bool list_builds = false;
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) == "--builds") {
+        list_builds = true;
+      } else {
+        rest.push_back(argv[i]);
+      }
+    }
+    std::map<std::string, std::string> f;
+    std::string e;
+    if (!ParseFlags(static_cast<int>(rest.size()), rest.data(), 2, &f, &e) ||
+        !Require(f, {"state-dir"}, &e)) {
+      std::cerr << "kiln state-check: " << e << "\n" << kUsage;
+      return 2;
+    }
+    return kiln::StateCheckCommand(f.at("state-dir"), list_builds, std::cout, std::cerr);
+  }
   std::map<std::string, std::string> flags;
   std::string err;
   if (!ParseFlags(argc, argv, 2, &flags, &err)) {

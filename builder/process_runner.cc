@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -126,8 +127,13 @@ void CloseFrom(int first, int last) {
 
 // Runs in the forked child: only async-signal-safe calls, no allocation.
 [[noreturn]] void ChildExec(const char* path, char* const* argv, char* const* envp, const char* cwd,
-                            int stdin_fd, int out_fd, int report_fd) {
+                            int stdin_fd, int out_fd, int report_fd, pid_t parent) {
   ::setpgid(0, 0);
+  // When kiln dies (even by SIGKILL) the child dies with it rather than building or pushing on
+  // unsupervised beside the restarted kiln. The signal follows the forking thread, which is
+  // the thread blocked in Run() until the child is reaped. The parent may already be gone.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = SIG_DFL;
@@ -476,10 +482,12 @@ ProcessResult PosixProcessRunner::Run(const ProcessSpec& spec,
   SetNonBlocking(out_r.get());
 
   char* const* child_envp = spec.env ? envp.data() : environ;
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return finish(Status::Internal("fork: " + ErrnoText(errno)));
   if (pid == 0) {
-    ChildExec(path.c_str(), argv.data(), child_envp, cwd, in_r.get(), out_w.get(), report_w.get());
+    ChildExec(path.c_str(), argv.data(), child_envp, cwd, in_r.get(), out_w.get(), report_w.get(),
+              parent);
   }
   ::setpgid(pid, pid);  // also done by the child; whichever runs first wins the race
   in_r.Reset();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -301,6 +302,36 @@ TEST(ProcessRunnerTest, ElapsedIsMeasured) {
   ProcessResult r = RunSpec(Sh("sleep 0.2"));
   EXPECT_GE(r.elapsed, milliseconds(190));
   EXPECT_LT(r.elapsed, milliseconds(2000));
+}
+
+// kiln killed by SIGKILL (no destructor, no supervisor) must not leave its build running: the
+// child gets SIGKILL as its parent-death signal.
+TEST(ProcessRunnerTest, ChildDiesWhenKilnIsKilled) {
+  char dir[] = "/tmp/kiln-pdeath-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string pid_file = std::string(dir) + "/pid";
+  pid_t kiln = ::fork();
+  ASSERT_GE(kiln, 0);
+  if (kiln == 0) {  // plays kiln: a runner blocked in Run()
+    RunSpec(Sh("echo $$ > " + pid_file + ".tmp && mv " + pid_file + ".tmp " + pid_file +
+               " && exec sleep 60"));
+    ::_exit(0);
+  }
+  pid_t child = 0;
+  for (int i = 0; i < 500 && child == 0; ++i) {
+    std::ifstream in(pid_file);
+    if (!(in >> child)) child = 0;
+    if (child == 0) std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_GT(child, 0) << "the runner's child never started";
+  ASSERT_TRUE(ProcessAlive(child));
+  ::kill(kiln, SIGKILL);
+  int status = 0;
+  ::waitpid(kiln, &status, 0);
+  EXPECT_TRUE(GoneWithin(child, milliseconds(5000))) << "child " << child << " outlived kiln";
+  ::kill(child, SIGKILL);  // in case it did not
+  std::string cleanup = std::string("rm -rf ") + dir;
+  EXPECT_EQ(std::system(cleanup.c_str()), 0);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -225,9 +226,14 @@ struct StateStore::Model {
   uint64_t reserved_seq = 1;   // ids below this may have been handed out (AllocateBuildId)
   uint64_t next_deploy_seq = 1;
   size_t max_cache = 10000;
+  std::vector<BuildId> duplicate_terminal;  // replay only: finishes of already final builds
+  std::vector<BuildId> duplicate_started;   // replay only: a start of an existing id
 
   void ApplyStarted(const BuildRecord& b) {
-    if (builds.count(b.id)) throw std::invalid_argument("duplicate build id " + b.id);
+    if (builds.count(b.id)) {
+      duplicate_started.push_back(b.id);
+      throw std::invalid_argument("duplicate build id " + b.id);
+    }
     uint64_t order = next_order++;
     builds[b.id] = Build{b, order};
     by_candidate[{b.domain, b.candidate}][order] = b.id;
@@ -239,6 +245,12 @@ struct StateStore::Model {
     auto it = builds.find(j.at("id").get<std::string>());
     if (it == builds.end()) throw std::invalid_argument("finish of unknown build");
     BuildRecord& b = it->second.record;
+    // The live store refuses to finish a final build, so a second terminal record can only
+    // come from a damaged or hand-edited journal: the first one wins, the later is reported.
+    if (Final(b.status)) {
+      duplicate_terminal.push_back(b.id);
+      return;
+    }
     b.status = StatusFromName(j.at("status").get<std::string>());
     b.image_ref = j.value("image_ref", "");
     b.digest = j.value("digest", "");
@@ -477,6 +489,8 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
   summary->deploys = model_->latest_deploy.size();
   summary->cache_entries = model_->cache.size();
   summary->interrupted = std::move(active);
+  summary->duplicate_terminal = model_->duplicate_terminal;
+  summary->duplicate_started = model_->duplicate_started;
   summary->generation = jl.generation;
   summary->journal_records = jl.records.size();
   summary->truncated_bytes = jl.truncated_bytes;
@@ -668,6 +682,28 @@ std::vector<std::string> StateStore::Candidates(const std::string& domain) const
   for (auto it = model_->by_candidate.lower_bound({domain, std::string()});
        it != model_->by_candidate.end() && it->first.first == domain; ++it)
     if (!it->second.empty()) out.push_back(it->first.second);
+  return out;
+}
+
+std::vector<std::string> StateStore::Domains() const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  std::vector<std::string> out;
+  for (const auto& [key, ids] : model_->by_candidate) {
+    if (!ids.empty() && (out.empty() || out.back() != key.first)) out.push_back(key.first);
+  }
+  return out;
+}
+
+std::vector<BuildRecord> StateStore::AllBuilds() const {
+  std::shared_lock<std::shared_mutex> lock(model_mu_);
+  std::vector<std::pair<uint64_t, const BuildRecord*>> ordered;
+  ordered.reserve(model_->builds.size());
+  for (const auto& [id, b] : model_->builds) ordered.emplace_back(b.order, &b.record);
+  std::sort(ordered.begin(), ordered.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<BuildRecord> out;
+  out.reserve(ordered.size());
+  for (const auto& [order, r] : ordered) out.push_back(*r);
   return out;
 }
 

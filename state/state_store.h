@@ -125,6 +125,8 @@ struct LoadSummary {
   size_t deploys = 0;        // domains with a deploy record
   size_t cache_entries = 0;
   std::vector<BuildId> interrupted;  // builds marked interrupted by this load
+  std::vector<BuildId> duplicate_terminal;  // a 2nd terminal record of a build (ignored)
+  std::vector<BuildId> duplicate_started;   // a 2nd start record of a build id (ignored)
   uint64_t generation = 0;
   uint64_t journal_records = 0;
   uint64_t truncated_bytes = 0;      // torn tail cut away
@@ -181,6 +183,10 @@ class StateStore {
                                   size_t limit = 50) const;
   /// Candidates of `domain` with at least one build, in name order.
   std::vector<std::string> Candidates(const std::string& domain) const;
+  /// Domains with at least one build, in name order.
+  std::vector<std::string> Domains() const;
+  /// Every build kept, in start order (for state-check and tests; copies them all).
+  std::vector<BuildRecord> AllBuilds() const;
   /// Builds not in a final state.
   std::vector<BuildRecord> ActiveBuilds() const;
   /// The sequence number the next assigned build id will carry.

@@ -365,5 +365,41 @@ TEST_F(StateStoreTest, InvalidUtf8IsStoredNotThrown) {
   EXPECT_EQ(s->Build(id)->error.rfind("bad ", 0), 0u);
 }
 
+// A second terminal record of one build (only a damaged or hand-edited journal has one) does not
+// change the build: the first end wins and the duplicate is reported (kiln state-check fails).
+TEST_F(StateStoreTest, SecondTerminalRecordIsReportedNotApplied) {
+  BuildId id;
+  {
+    auto s = Open();
+    id = Start(*s, "main").id;
+    ASSERT_TRUE(Finish(*s, id, BuildStatus::kSucceeded).ok());
+    EXPECT_EQ(Finish(*s, id, BuildStatus::kFailed).code(), Status::Code::kFailedPrecondition);
+  }
+  {
+    std::unique_ptr<Journal> j;
+    JournalLoad jl;
+    ASSERT_TRUE(Journal::Open(dir_.path(), JournalOptions{}, &j, &jl).ok());
+    std::string finish;
+    for (const auto& r : jl.records)
+      if (r.payload.find("\"succeeded\"") != std::string::npos) finish = r.payload;
+    ASSERT_FALSE(finish.empty());
+    finish.replace(finish.find("\"succeeded\""), 11, "\"failed\"");
+    ASSERT_TRUE(j->Append(2, finish).ok());
+    finish.replace(finish.find(id), id.size(), "b-00000000000000ff");  // unknown build
+    ASSERT_TRUE(j->Append(2, finish).ok());
+  }
+  LoadSummary sum;
+  auto s = Open(&sum);
+  EXPECT_EQ(sum.duplicate_terminal, std::vector<BuildId>{id});
+  EXPECT_TRUE(sum.duplicate_started.empty());
+  EXPECT_EQ(sum.notes.size(), 1u);  // the finish of an unknown build
+  ASSERT_TRUE(s->Build(id));
+  EXPECT_EQ(s->Build(id)->status, BuildStatus::kSucceeded);
+  ASSERT_TRUE(s->LatestSuccessful("d", "main"));
+  EXPECT_EQ(s->LatestSuccessful("d", "main")->id, id);
+  EXPECT_EQ(s->Domains(), std::vector<std::string>{"d"});
+  EXPECT_EQ(s->AllBuilds().size(), 1u);
+}
+
 }  // namespace
 }  // namespace kiln
