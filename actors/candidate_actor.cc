@@ -15,6 +15,7 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -75,9 +76,40 @@ struct CandidateState {
   std::optional<BuildId> latest_success;
   bool worker_busy = false;
   std::deque<std::pair<BuildId, std::string>> pending_starts;
+  // Answers held until the journal record they report is durable (ticket -> answer).
+  struct Unacked {
+    ToolResult result;
+    std::vector<caf::response_promise> promises;
+  };
+  std::map<uint64_t, Unacked> unacked;
+  uint64_t next_ticket = 1;
 };
 
 using Self = caf::stateful_actor<CandidateState>;
+
+// Runs `write` (a journal write) on the state writer and delivers `result` to `promises` only
+// once it has returned, so a caller never holds an answer the journal could lose in a crash.
+// Without a store, delivers at once.
+void JournalThenAnswer(Self* self, std::function<void()> write, ToolResult result,
+                       std::vector<caf::response_promise> promises) {
+  auto& s = self->state;
+  if (!s.env->store) {
+    write();
+    for (auto& p : promises) p.deliver(result);
+    return;
+  }
+  if (promises.empty()) {
+    s.env->writer->Post(std::move(write));
+    return;
+  }
+  uint64_t ticket = s.next_ticket++;
+  s.unacked[ticket] = {std::move(result), std::move(promises)};
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  s.env->writer->Post([write = std::move(write), me, ticket] {
+    write();
+    caf::anon_send(me, journaled_atom::value, ticket);
+  });
+}
 
 ToolResult ResultOf(const Record& r) {
   BuildSnapshot s = r.snap;
@@ -92,8 +124,19 @@ void Progress(Self* self, Record& r, const std::string& message) {
 }
 
 void LogTransition(Self* self, const Record& r) {
+  const BuildStatus st = r.snap.status;
+  if (IsFinal(st) && st != BuildStatus::kSucceeded) {
+    // Why, for the operator: the first line of the reason (never a credential: errors are
+    // built from kiln's own messages and the build's output, which holds none).
+    std::string why = r.snap.error.empty() && r.snap.outcome ? r.snap.outcome->error : r.snap.error;
+    why = why.substr(0, why.find('\n'));
+    if (why.size() > 300) why = why.substr(0, 300) + "...";
+    spdlog::warn("build {} domain={} candidate={} -> {}{}{}", r.snap.id, self->state.env->domain,
+                 self->state.name, PhaseName(st), why.empty() ? "" : ": ", why);
+    return;
+  }
   spdlog::info("build {} domain={} candidate={} -> {}{}", r.snap.id, self->state.env->domain,
-               self->state.name, PhaseName(r.snap.status),
+               self->state.name, PhaseName(st),
                r.snap.cache_hit ? " (cache hit)" : (r.snap.deduplicated ? " (deduplicated)" : ""));
 }
 
@@ -179,13 +222,18 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     f.commit = r.snap.commit;
     f.build_key = r.key;
     auto store = s.env->store;
-    s.env->writer->Post([store, f] {
-      Status st = store->RecordBuildFinished(f);
-      if (!st.ok()) spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
-    });
+    JournalThenAnswer(
+        self,
+        [store, f] {
+          Status st = store->RecordBuildFinished(f);
+          if (!st.ok())
+            spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
+        },
+        ResultOf(r), std::move(r.promises));
+  } else {
+    ToolResult res = ResultOf(r);
+    for (auto& p : r.promises) p.deliver(res);
   }
-  ToolResult res = ResultOf(r);
-  for (auto& p : r.promises) p.deliver(res);
   r.promises.clear();
   r.sinks.clear();
   TrimHistory(self);
@@ -572,6 +620,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         }
         s.history.push_back(id);
         s.active = id;
+        std::function<void()> journal_start;
         if (s.env->store) {
           BuildRecord b;
           b.id = id;
@@ -579,10 +628,10 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
           b.candidate = s.name;
           b.status = BuildStatus::kResolving;
           auto store = s.env->store;
-          s.env->writer->Post([store, b]() mutable {
+          journal_start = [store, b]() mutable {
             Status st = store->RecordBuildStarted(&b);
             if (!st.ok()) spdlog::error("state journal: cannot record build {}: {}", b.id, st.message());
-          });
+          };
         }
         if (s.env->busy && !req.source_dir && !req.commit) {
           std::string branch = req.ref ? *req.ref : s.name;
@@ -590,6 +639,15 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
           s.env->busy->Add(s.env->domain, branch, id);
         }
         SetStatus(self, r, BuildStatus::kResolving, "resolving source");
+        if (!req.wait && journal_start) {
+          // The build id is handed out only once its start is durable: after a crash the
+          // caller's id is known (as interrupted at worst), never missing.
+          auto rp = self->make_response_promise();
+          JournalThenAnswer(self, std::move(journal_start), ResultOf(r), {rp});
+          StartResolve(self, r);
+          return rp;
+        }
+        if (journal_start) s.env->writer->Post(std::move(journal_start));
         StartResolve(self, r);
         if (!req.wait) return ResultOf(r);
         r.promises.push_back(self->make_response_promise());
@@ -624,6 +682,13 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         BuildStatus st = outcome ? outcome->status : BuildStatus::kFailed;
         if (outcome) r.snap.commit = r.snap.commit.empty() ? outcome->commit : r.snap.commit;
         Finalize(self, r, st, outcome, "");
+      },
+      [=](journaled_atom, uint64_t ticket) {
+        auto& s = self->state;
+        auto it = s.unacked.find(ticket);
+        if (it == s.unacked.end()) return;
+        for (auto& p : it->second.promises) p.deliver(it->second.result);
+        s.unacked.erase(it);
       },
       [=](status_atom) -> caf::result<ToolResult> {
         auto& s = self->state;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <random>
@@ -46,7 +47,9 @@ struct DomainState {
   caf::actor scheduler;
   std::map<std::string, caf::actor> candidates;
   std::map<std::string, nlohmann::json> summaries;
-  std::map<BuildId, std::string> build_candidate;  // bounded by history trimming below
+  // Routes build_log/cancel_build by build id; bounded by RememberBuild.
+  std::map<BuildId, std::string> build_candidate;
+  std::deque<BuildId> build_order;  // oldest first
   // Deploys.
   DeployOrder order;
   std::map<std::string, DeployRun> deploys;  // running, queued and the last finished ones
@@ -56,11 +59,27 @@ struct DomainState {
   std::map<std::string, std::string> success_id;
   int64_t success_clock = 0;
   bool stopping = false;
+  // Deploy answers held until their journal record is durable (ticket -> answer).
+  std::map<uint64_t, std::pair<ToolResult, std::vector<caf::response_promise>>> unacked;
+  uint64_t next_ticket = 1;
   static inline const char* name = "kiln.domain";
 };
 using Self = caf::stateful_actor<DomainState>;
 
 ToolResult Error(const std::string& m) { return {ErrorJson(m), true}; }
+
+// Remembers which candidate a build belongs to, forgetting the oldest beyond what the
+// candidates keep anyway (history_per_candidate each), so memory stays flat over a long loop.
+void RememberBuild(Self* self, const BuildId& id, const std::string& candidate) {
+  auto& s = self->state;
+  if (!s.build_candidate.emplace(id, candidate).second) return;
+  s.build_order.push_back(id);
+  const size_t cap = 2 * s.env->history_per_candidate * std::max<size_t>(1, s.candidates.size());
+  while (s.build_order.size() > cap) {
+    s.build_candidate.erase(s.build_order.front());
+    s.build_order.pop_front();
+  }
+}
 
 // Returns the candidate's actor, spawning it on first use; null when the limit is reached.
 caf::actor Candidate(Self* self, const std::string& name, bool create) {
@@ -175,13 +194,20 @@ void FinishDeploy(Self* self, DeployRun& run, DeployResult res) {
     rec.status = DeployStateName(res.state);
     rec.reason = res.reason;
     auto store = s.env->store;
-    s.env->writer->Post([store, rec]() mutable {
+    // Write-ahead: the callers hear of the deploy only once its record is durable.
+    uint64_t ticket = s.next_ticket++;
+    s.unacked[ticket] = {ToolResult{DeployJson(run), res.state != DeployState::kRolledOut},
+                         std::move(run.waiters)};
+    caf::actor me = caf::actor_cast<caf::actor>(self);
+    s.env->writer->Post([store, rec, me, ticket]() mutable {
       Status st = store->RecordDeploy(&rec);
       if (!st.ok()) spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id, st.message());
+      caf::anon_send(me, journaled_atom::value, ticket);
     });
+  } else {
+    ToolResult out{DeployJson(run), res.state != DeployState::kRolledOut};
+    for (auto& rp : run.waiters) rp.deliver(out);
   }
-  ToolResult out{DeployJson(run), res.state != DeployState::kRolledOut};
-  for (auto& rp : run.waiters) rp.deliver(out);
   run.waiters.clear();
   run.sinks.clear();
   s.finished_deploys.push_back(run.id);
@@ -435,11 +461,11 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
           }
         }
         if (sum.json.contains("latest_build") && sum.json["latest_build"].is_object())
-          s.build_candidate[sum.json["latest_build"]["build_id"].get<std::string>()] = sum.candidate;
+          RememberBuild(self, sum.json["latest_build"]["build_id"].get<std::string>(), sum.candidate);
         s.summaries[sum.candidate] = std::move(sum.json);
       },
       [=](started_atom, const BuildId& id, const std::string& candidate) {
-        self->state.build_candidate[id] = candidate;
+        RememberBuild(self, id, candidate);
       },
       [=](shutdown_atom) {
         auto& s = self->state;
@@ -454,6 +480,13 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
         DeployRun& run = it->second;
         run.progress += 1;
         for (auto& sink : run.sinks) self->send(sink, progress_atom::value, ToolProgress{run.progress, std::nullopt, line});
+      },
+      [=](journaled_atom, uint64_t ticket) {
+        auto& s = self->state;
+        auto it = s.unacked.find(ticket);
+        if (it == s.unacked.end()) return;
+        for (auto& rp : it->second.second) rp.deliver(it->second.first);
+        s.unacked.erase(it);
       },
       [=](deploy_done_atom, const std::string& id, DeployResult& res) {
         auto& s = self->state;

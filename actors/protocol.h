@@ -64,6 +64,9 @@ using shutdown_atom = caf::atom_constant<caf::atom("k_shutdown")>;
 using lookup_atom = caf::atom_constant<caf::atom("k_lookup")>;
 using deploy_done_atom = caf::atom_constant<caf::atom("k_depdone")>;
 using deploy_prog_atom = caf::atom_constant<caf::atom("k_depprog")>;
+// (journaled_atom, uint64_t ticket): the state writer made a record durable; answers that
+// waited for it may now be sent (write-ahead: nothing is acknowledged before it is on disk).
+using journaled_atom = caf::atom_constant<caf::atom("k_journal")>;
 
 struct SubmitReply {
   SchedulerCore::SubmitKind kind = SchedulerCore::SubmitKind::kQueued;

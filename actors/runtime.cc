@@ -136,6 +136,11 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
                  sum.load_ms,
                  sum.interrupted.empty() ? "" : "; " + std::to_string(sum.interrupted.size()) +
                                                      " build(s) were running when kiln stopped: now interrupted");
+    if (sum.truncated_bytes)
+      spdlog::warn("state: a torn last record ({} bytes, a write cut short by a crash) was dropped",
+                   sum.truncated_bytes);
+    for (const auto& id : sum.duplicate_terminal)
+      spdlog::error("state: build {} has a second terminal record (ignored: the first one wins)", id);
     for (const auto& c : sum.corruptions) spdlog::error("state: {}", c);
     for (const auto& n : sum.notes) spdlog::info("state: {}", n);
   }
@@ -174,6 +179,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
       for (const auto& c : impl->store->Candidates(name))
         if (ValidateName(c, "candidate").ok()) env->known_candidates.push_back(c);
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
+    env->max_candidates = static_cast<size_t>(d.max_candidates);
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
     if (ec) return Status::FailedPrecondition("cannot create " + env->domain_dir + ": " + ec.message());

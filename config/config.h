@@ -100,6 +100,7 @@ struct DomainConfig {
   std::string name;
   std::vector<std::string> token_sha256;            // lowercase hex
   int weight = 1;                                   // 1..1000
+  int max_candidates = 256;                         // 1..10000 candidates the agent may create
   std::map<std::string, std::string> tool_aliases;  // alias -> tool name
   BuildConfig build;
   ImageConfig image;

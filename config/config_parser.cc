@@ -562,13 +562,15 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
     Problem(path, "must be an object, got " + TypeName(obj));
     return;
   }
-  CheckKeys(obj, path, {"token_sha256", "weight", "tool_aliases", "build", "image", "deploy"});
+  CheckKeys(obj, path,
+            {"token_sha256", "weight", "max_candidates", "tool_aliases", "build", "image", "deploy"});
   if (ReadStringList(obj, "token_sha256", path, true, &out->token_sha256)) {
     if (out->token_sha256.empty())
       Problem(Join(path, "token_sha256"), "at least one token hash is required");
     CheckTokenList(out->token_sha256, Join(path, "token_sha256"));
   }
   ReadInt(obj, "weight", path, 1, 1000, &out->weight);
+  ReadInt(obj, "max_candidates", path, 1, 10000, &out->max_candidates);
   ReadToolAliases(obj, path, out);
   if (const json* s = Section(obj, "build", path, true))
     ReadBuild(*s, Join(path, "build"), &out->build);

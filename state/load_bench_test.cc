@@ -1,12 +1,16 @@
 // Measures StateStore::Load with 10,000 build records (started + finished, two diagnostics
 // each), once replayed from the journal and once from a snapshot. Target: < 1 s each.
-// Prints the numbers; fails only above 5 s (a loaded CI machine is slow, not broken).
+// Prints the numbers (a benchmark: no timing is asserted). With KILN_LOAD_BENCH_STATE_DIR=DIR
+// the fixture is also left in DIR/state (4 domains "domain0".."domain3" of 20 candidates), for
+// bench/restart_bench.sh.
 #include <gtest/gtest.h>
 
 #include <time.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "state/state_store.h"
 #include "state/test_util.h"
@@ -89,8 +93,16 @@ TEST(StateLoadBench, TenThousandBuilds) {
               "snapshot %.3f s wall / %.3f s cpu\n",
               kBuilds, 2 * kBuilds, journal_bytes / 1e6, journal_s, journal_cpu, snapshot_s,
               snapshot_cpu);
-  EXPECT_LT(journal_s, 5.0);
-  EXPECT_LT(snapshot_s, 5.0);
+  if (const char* keep = std::getenv("KILN_LOAD_BENCH_STATE_DIR")) {
+    namespace fs = std::filesystem;
+    fs::create_directories(fs::path(keep) / "state");
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      if (e.path().filename() != "LOCK")
+        fs::copy_file(e.path(), fs::path(keep) / "state" / e.path().filename(),
+                      fs::copy_options::overwrite_existing);
+    }
+    std::printf("fixture left in %s/state\n", keep);
+  }
 }
 
 }  // namespace

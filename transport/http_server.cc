@@ -226,6 +226,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DoRead() {
     if (closed_) return;
     parser_.emplace();
+    body_limit_ = 0;
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_->MaxBodyLimit());
     started_ = streaming_ = complete_ = false;
@@ -241,6 +242,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string target(req.target());
     std::string path = target.substr(0, target.find('?'));
     size_t limit = server_->BodyLimitFor(path);
+    body_limit_ = limit;
     http11_ = req.version() >= 11;
     keep_alive_ = req.keep_alive();
     auto length = parser_->content_length();
@@ -269,7 +271,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnReadError(beast::error_code ec) {
-    if (ec == http::error::body_limit) return TooLarge(server_->options_.max_request_bytes);
+    // The route's limit (a chunked body has no length to refuse it by up front).
+    if (ec == http::error::body_limit)
+      return TooLarge(body_limit_ ? body_limit_ : server_->options_.max_request_bytes);
     if (ec == http::error::header_limit) {
       keep_alive_ = false;
       ++gen_;
@@ -364,6 +368,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool complete_ = false;
   bool keep_alive_ = true;
   bool http11_ = true;
+  size_t body_limit_ = 0;  // the current request's body limit (by route), 0 before its header
   bool closed_ = false;
 
   friend class HttpServer::Impl;
