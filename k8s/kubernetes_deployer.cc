@@ -221,7 +221,7 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
 
   // 4. Follow the rollout.
   std::string last_line;
-  Status last_transient;
+  Status last_transient;  // the error of the last poll; OK once a poll succeeds again
   for (;;) {
     if (cancel && cancel->cancelled())
       return done(Fail("Cancelled", "deploy cancelled while " + what + " was rolling out" +
@@ -230,9 +230,10 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
     RolloutDecision d;
     DeployResult fail;
     json now;
-    if (!Observe(&now, &d, &fail)) {
-      if (fail.reason != "Unavailable") return done(fail, true);
-      last_transient = Status::Unavailable(fail.message);  // keep polling until the deadline
+    const bool observed = Observe(&now, &d, &fail);
+    last_transient = observed ? Status::Ok() : Status::Unavailable(fail.message);
+    if (!observed) {
+      if (fail.reason != "Unavailable") return done(fail, true);  // else poll until the deadline
     } else if (Generation(now) > generation && generation > 0) {
       return done(Fail("Superseded", what +
                                          " was changed by someone else during the rollout "
@@ -254,12 +255,18 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
     }
     auto now_t = Clock::now();
     if (now_t >= deadline) {
-      std::string detail = !last_line.empty() ? last_line : last_transient.message();
       std::string limit = timeout.count() % 1000 == 0
                               ? std::to_string(timeout.count() / 1000) + " s"
                               : std::to_string(timeout.count()) + " ms";
+      // The API still failing at the deadline is the news, not the last progress seen.
+      if (!last_transient.ok()) {
+        const std::string seen = last_line.empty() ? "" : " (last seen: " + last_line + ")";
+        return done(Fail("Unavailable", what + " did not finish rolling out within " + limit +
+                                            ": " + last_transient.message() + seen),
+                    true);
+      }
       return done(Fail("Timeout", what + " did not finish rolling out within " + limit +
-                                      (detail.empty() ? "" : ": " + detail)),
+                                      (last_line.empty() ? "" : ": " + last_line)),
                   true);
     }
     auto wait = std::min<std::chrono::milliseconds>(

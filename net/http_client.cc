@@ -258,6 +258,11 @@ HttpResult HttpRoundTrip(const HttpOrigin& o, const TlsContext* tls, const HttpC
   if (ec) return {HttpFailure::kConnect, LowerMessage(ec)};
   lowest.expires_after(timeout);
   ec = RunOp(ioc, [&](auto h) { stream.async_handshake(ssl::stream_base::client, h); });
+  // The peer reset, closed or stalled the connection before TLS gave a verdict (a server that
+  // is restarting or dying): a network failure, retried like a failed connect. Only errors of
+  // TLS itself (certificate verification, protocol) are kTls.
+  if (ec && ec.category() != asio::error::get_ssl_category())
+    return {HttpFailure::kIo, LowerMessage(ec)};
   if (ec) {
     std::string detail = LowerMessage(ec);
     long v = SSL_get_verify_result(ssl_handle);

@@ -100,8 +100,8 @@ struct HttpClientResponse {
 enum class HttpFailure {
   kNone,       // a response was read (any status)
   kConnect,    // name resolution or TCP connect failed / timed out
-  kTls,        // TLS handshake failed (certificate verification included); not worth retrying
-  kIo,         // write or read failed / timed out after connecting
+  kTls,        // TLS itself failed (certificate verification, protocol); not worth retrying
+  kIo,         // handshake, write or read failed / timed out after connecting (reset, EOF)
   kBodyLimit,  // the response body exceeds HttpClientRequest::body_limit
 };
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,6 +75,21 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
 void ReadState(const std::string& path, std::string* id, std::string* tree) {
   std::ifstream f(path);
   if (!(f >> *id >> *tree)) id->clear(), tree->clear();
+}
+
+// git reports a write that failed for lack of space without the reason ("unable to write file
+// X"), and so does WriteFileAtomic: when the workspace's file system is (nearly) out of blocks
+// or inodes, say so.
+Status NoteFullDisk(Status s, const std::string& dir) {
+  constexpr uint64_t kFullBelowBytes = 64 << 10;
+  struct statvfs v;
+  if (s.ok() || ::statvfs(dir.c_str(), &v) != 0) return s;
+  const bool root = ::geteuid() == 0;  // root may also use the blocks and inodes reserved for it
+  const uint64_t free_bytes = uint64_t{root ? v.f_bfree : v.f_bavail} * v.f_frsize;
+  const uint64_t free_inodes = root ? v.f_ffree : v.f_favail;
+  if (free_bytes >= kFullBelowBytes && (v.f_files == 0 || free_inodes > 0)) return s;
+  return Status::ResourceExhausted(
+      "no space left on device (the workspace's file system is full): " + s.message());
 }
 
 int64_t CountNul(const std::string& s) {
@@ -209,7 +225,7 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
     ::unlink(l.index.c_str());
     s = EmptyDirectory(l.ws);
     if (s.ok()) s = git.Sync(tree);
-    if (!s.ok()) return s;
+    if (!s.ok()) return NoteFullDisk(s, l.ws);
     GitResult files;
     if (git.Run({"ls-files", "-z"}, &files).ok()) stats->files_written = CountNul(files.out);
   }
@@ -217,7 +233,7 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
   stats->elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - start)
                           .count();
-  return s;
+  return NoteFullDisk(s, l.ws);
 }
 
 }  // namespace kiln
