@@ -222,10 +222,19 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     f.commit = r.snap.commit;
     f.build_key = r.key;
     auto store = s.env->store;
+    // When the start could not be recorded (a full disk then), the end brings it along, so a
+    // build that succeeded once space was back is not lost.
+    BuildRecord start;
+    start.id = r.snap.id;
+    start.domain = s.env->domain;
+    start.candidate = s.name;
+    start.status = BuildStatus::kResolving;
     JournalThenAnswer(
         self,
-        [store, f] {
+        [store, f, start]() mutable {
           Status st = store->RecordBuildFinished(f);
+          if (st.code() == Status::Code::kNotFound && store->RecordBuildStarted(&start).ok())
+            st = store->RecordBuildFinished(f);
           if (!st.ok())
             spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
         },
