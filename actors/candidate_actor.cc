@@ -184,10 +184,23 @@ void TrimHistory(Self* self) {
   }
 }
 
+// The cancel token of every finished build: already cancelled and shared, so the up to
+// history_per_candidate finished records per candidate hold no descriptor (an eventfd each
+// would let an agent exhaust kiln's descriptors with cheap failing builds).
+const std::shared_ptr<CancelToken>& SpentToken() {
+  static const auto token = [] {
+    auto t = std::make_shared<CancelToken>();
+    t->Cancel();
+    return t;
+  }();
+  return token;
+}
+
 // Moves `r` to a final state and answers everyone waiting on it.
 void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const std::string& error) {
   if (IsFinal(r.snap.status)) return;
   auto& s = self->state;
+  r.cancel = SpentToken();  // workers still running hold their own reference
   r.snap.outcome = outcome;
   if (!error.empty()) r.snap.error = error;
   r.snap.timings.total_ms = Ms(Clock::now() - r.requested);

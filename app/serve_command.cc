@@ -1,6 +1,7 @@
 #include "app/serve_command.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <spdlog/spdlog.h>
 
@@ -19,6 +20,13 @@ namespace kiln {
 int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::string, std::string>& flags) {
   InitLogging(config->log_level);
   for (const auto& w : CollectConfigWarnings(*config)) spdlog::warn("config: {}", FormatConfigProblem(w));
+  // Connections, git processes, build pipes and journal files all take descriptors: use the
+  // whole hard limit rather than a shell's soft default of 1024.
+  struct rlimit nofile;
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) spdlog::warn("cannot raise the descriptor limit");
+  }
   int grace_s = 30;
   if (flags.count("grace")) {
     try {

@@ -81,7 +81,7 @@ class BuildahBuilder : public Builder {
   ProcessRunner* runner_;
   std::string buildah_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<RegistryClient>> clients_;  // guarded by mu_; by URL
+  std::map<std::string, std::unique_ptr<RegistryClient>> clients_;  // guarded by mu_; by registry entry
 };
 
 }  // namespace kiln
