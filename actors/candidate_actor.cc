@@ -63,6 +63,7 @@ struct Record {
   bool owner_running = false;  // we hold a scheduler slot for this build
   bool holds_push_lane = false;
   double progress = 0;
+  uint64_t pushes_at_request = 0;  // the domain's accepted git pushes when it was requested
 };
 
 struct CandidateState {
@@ -625,6 +626,32 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
+        const uint64_t pushes = s.env->busy ? s.env->busy->Pushes(s.env->domain) : 0;
+        if (s.active && s.env->busy && !req.source_dir) {
+          // The same request again (a retry, or parallel calls) while no push reached the
+          // domain since the running build was requested: it would build the same commit,
+          // so it joins that build instead of superseding it.
+          auto it = s.records.find(*s.active);
+          if (it != s.records.end() && !IsFinal(it->second.snap.status) &&
+              !it->second.req.source_dir && it->second.req.ref == req.ref &&
+              it->second.req.commit == req.commit && it->second.pushes_at_request == pushes) {
+            Record& r0 = it->second;
+            spdlog::info("build {} domain={} candidate={}: an identical request joined it",
+                         r0.snap.id, s.env->domain, s.name);
+            if (sink) {
+              r0.sinks.push_back(sink);
+              self->send(sink, started_atom::value, r0.snap.id);
+            }
+            if (req.wait) {
+              r0.promises.push_back(self->make_response_promise());
+              return r0.promises.back();
+            }
+            // After the build's start record (the writer runs in order).
+            auto rp = self->make_response_promise();
+            JournalThenAnswer(self, [] {}, ResultOf(r0), {rp});
+            return rp;
+          }
+        }
         if (s.active) {
           auto it = s.records.find(*s.active);
           if (it != s.records.end()) Cancel(self, it->second, "superseded by a newer build request");
@@ -635,6 +662,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         r.snap.id = id;
         r.snap.candidate = s.name;
         r.req = req;
+        r.pushes_at_request = pushes;
         r.log = std::make_shared<LogBuffer>(s.env->log_max_bytes);
         if (sink) {
           r.sinks.push_back(sink);

@@ -292,6 +292,8 @@ std::set<std::string> Runtime::BusyBranches(const std::string& domain) const {
   return impl_->busy->Get(domain);
 }
 
+void Runtime::Pushed(const std::string& domain) { impl_->busy->Pushed(domain); }
+
 void Runtime::CancelAll() {
   for (auto& [n, d] : impl_->domains) caf::anon_send(d, shutdown_atom::value);
 }

@@ -54,6 +54,8 @@ class Runtime : public ToolBackend {
 
   /// Branches of `domain` with a build in progress (thread-safe, non-blocking).
   std::set<std::string> BusyBranches(const std::string& domain) const;
+  /// The git endpoint accepted a push to `domain` (thread-safe, non-blocking).
+  void Pushed(const std::string& domain);
 
   /// Graceful stop: waits up to `grace` for running and queued builds to finish, then cancels
   /// what is left (logging which), and waits for every builder process to be gone.

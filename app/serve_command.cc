@@ -60,6 +60,7 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   gopts.state_dir = config->server.state_dir;
   Runtime* raw = rt.get();
   gopts.busy_branches = [raw](const std::string& domain) { return raw->BusyBranches(domain); };
+  gopts.pushed = [raw](const std::string& domain) { raw->Pushed(domain); };
   GitHttpHandler git(*config, gopts);
   HttpServer server(*config, *rt, opts);
   git.Register(server);

@@ -9,9 +9,9 @@
 //
 // Environment (defaults): KILN (build/app/kiln), DOMAINS (2, max 8), CANDIDATES (4),
 // ITERATIONS (25), SEED (random; printed, reruns the same random choices), P_BREAK (0.2),
-// P_CANCEL (0.1), P_DUP (0.1), P_DEPLOY (0.08), DUP_EXPECT (supersede: the documented
-// behaviour, the older duplicate is cancelled as superseded | same: both calls must return the
-// same build), SOAK_PARENT (/var/tmp), SOAK_TIMEOUT_S (whole run; 900 + 20 per iteration),
+// P_CANCEL (0.1), P_DUP (0.1), P_DEPLOY (0.08), DUP_EXPECT (same: both calls must return the
+// same build — an identical request with no push in between joins the running build, see
+// docs/tools.md | supersede: accept the older one cancelled as superseded), SOAK_PARENT (/var/tmp), SOAK_TIMEOUT_S (whole run; 900 + 20 per iteration),
 // KEEP=1 (keep the work directory), SOAK_JSON (bench/out/soak.json), KILN_HISTORY (50: builds
 // kiln keeps in memory per candidate; older ones may answer build_log "not found").
 // The first iteration of agent i is forced to scenario i % 4 (deploy, compile error, cancel,
@@ -49,7 +49,7 @@ const P_BREAK = num("P_BREAK", 0.2);
 const P_CANCEL = num("P_CANCEL", 0.1);
 const P_DUP = num("P_DUP", 0.1);
 const P_DEPLOY = num("P_DEPLOY", 0.08);
-const DUP_EXPECT = env.DUP_EXPECT ?? "supersede";
+const DUP_EXPECT = env.DUP_EXPECT ?? "same";
 const REG_PORT = 5170;
 const PORT = 18740;
 const DEPLOY_BASE = 19170;

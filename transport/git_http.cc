@@ -558,6 +558,7 @@ void GitHttpHandler::Serve(GitHttpRoute route, HttpRequest request,
     --d.pushes_in_flight;
     if (exit_code == 0) ++d.pushes_since_upkeep;
   }
+  if (exit_code == 0 && options_.pushed) options_.pushed(route.domain);
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("git: push to {} ({} bytes) finished in {:.1f} ms, exit {}", d.name,

@@ -145,6 +145,9 @@ class GitHttpHandler {
     /// When set, asked (from a worker thread; must be thread-safe) before every push for the
     /// domain's branches with a running build; the answer replaces the busy file.
     std::function<std::set<std::string>(const std::string& domain)> busy_branches;
+    /// When set, told (from a worker thread; must be thread-safe) after every push that git
+    /// accepted (receive-pack exited 0), once the refs are updated.
+    std::function<void(const std::string& domain)> pushed;
   };
 
   GitHttpHandler(const Config& config, Options options);

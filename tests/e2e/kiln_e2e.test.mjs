@@ -161,7 +161,8 @@ test("wait:false returns at once, then poll; cancel via AbortSignal cancels the 
     if (s.structuredContent.state === "building") break;
     await new Promise((res) => setTimeout(res, 100));
   }
-  // A second, waiting call for the same candidate supersedes the first; abort it.
+  // A second, waiting call for the same candidate (no push since) joins the first build;
+  // aborting it cancels that build.
   const ac = new AbortController();
   const waiting = client.callTool({ name: "build_candidate", arguments: { candidate: "slow" } }, undefined,
     { ...long, signal: ac.signal });
