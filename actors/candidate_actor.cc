@@ -21,6 +21,7 @@
 
 #include "actors/build_metrics.h"
 #include "actors/domain_env.h"
+#include "actors/journaled_answers.h"
 #include "actors/key_store.h"
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
@@ -77,39 +78,18 @@ struct CandidateState {
   std::optional<BuildId> latest_success;
   bool worker_busy = false;
   std::deque<std::pair<BuildId, std::string>> pending_starts;
-  // Answers held until the journal record they report is durable (ticket -> answer).
-  struct Unacked {
-    ToolResult result;
-    std::vector<caf::response_promise> promises;
-  };
-  std::map<uint64_t, Unacked> unacked;
-  uint64_t next_ticket = 1;
+  JournaledAnswers answers;  // answers waiting for their journal record
 };
 
 using Self = caf::stateful_actor<CandidateState>;
 
 // Runs `write` (a journal write) on the state writer and delivers `result` to `promises` only
-// once it has returned, so a caller never holds an answer the journal could lose in a crash.
-// Without a store, delivers at once.
+// once it has returned (JournaledAnswers). Without a store, delivers at once.
 void JournalThenAnswer(Self* self, std::function<void()> write, ToolResult result,
                        std::vector<caf::response_promise> promises) {
   auto& s = self->state;
-  if (!s.env->store) {
-    write();
-    for (auto& p : promises) p.deliver(result);
-    return;
-  }
-  if (promises.empty()) {
-    s.env->writer->Post(std::move(write));
-    return;
-  }
-  uint64_t ticket = s.next_ticket++;
-  s.unacked[ticket] = {std::move(result), std::move(promises)};
-  caf::actor me = caf::actor_cast<caf::actor>(self);
-  s.env->writer->Post([write = std::move(write), me, ticket] {
-    write();
-    caf::anon_send(me, journaled_atom::value, ticket);
-  });
+  s.answers.After(s.env->store ? s.env->writer.get() : nullptr, caf::actor_cast<caf::actor>(self),
+                  std::move(write), std::move(result), std::move(promises));
 }
 
 ToolResult ResultOf(const Record& r) {
@@ -733,13 +713,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         if (outcome) r.snap.commit = r.snap.commit.empty() ? outcome->commit : r.snap.commit;
         Finalize(self, r, st, outcome, "");
       },
-      [=](journaled_atom, uint64_t ticket) {
-        auto& s = self->state;
-        auto it = s.unacked.find(ticket);
-        if (it == s.unacked.end()) return;
-        for (auto& p : it->second.promises) p.deliver(it->second.result);
-        s.unacked.erase(it);
-      },
+      [=](journaled_atom, uint64_t ticket) { self->state.answers.Release(ticket); },
       [=](status_atom) -> caf::result<ToolResult> {
         auto& s = self->state;
         if (!s.active) return ToolResult{StatusJson(self, -1), false};

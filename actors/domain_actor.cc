@@ -19,6 +19,7 @@
 #include "actors/candidate_actor.h"
 #include "actors/deploy_order.h"
 #include "actors/domain_env.h"
+#include "actors/journaled_answers.h"
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
 #include "state/state_store.h"
@@ -59,9 +60,7 @@ struct DomainState {
   std::map<std::string, std::string> success_id;
   int64_t success_clock = 0;
   bool stopping = false;
-  // Deploy answers held until their journal record is durable (ticket -> answer).
-  std::map<uint64_t, std::pair<ToolResult, std::vector<caf::response_promise>>> unacked;
-  uint64_t next_ticket = 1;
+  JournaledAnswers answers;  // deploy answers waiting for their journal record
   static inline const char* name = "kiln.domain";
 };
 using Self = caf::stateful_actor<DomainState>;
@@ -185,29 +184,24 @@ void FinishDeploy(Self* self, DeployRun& run, DeployResult res) {
     spdlog::warn("deploy {} domain={} candidate={} build={} -> failed: {}: {}", run.id, s.env->domain,
                  run.req.candidate, run.req.build_id, res.reason, res.message);
   }
-  if (s.env->store) {
-    DeployRecord rec;
-    rec.deploy_id = run.id;
-    rec.domain = s.env->domain;
-    rec.build_id = run.req.build_id;
-    rec.image = run.req.image;
-    rec.status = DeployStateName(res.state);
-    rec.reason = res.reason;
-    auto store = s.env->store;
-    // Write-ahead: the callers hear of the deploy only once its record is durable.
-    uint64_t ticket = s.next_ticket++;
-    s.unacked[ticket] = {ToolResult{DeployJson(run), res.state != DeployState::kRolledOut},
-                         std::move(run.waiters)};
-    caf::actor me = caf::actor_cast<caf::actor>(self);
-    s.env->writer->Post([store, rec, me, ticket]() mutable {
-      Status st = store->RecordDeploy(&rec);
-      if (!st.ok()) spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id, st.message());
-      caf::anon_send(me, journaled_atom::value, ticket);
-    });
-  } else {
-    ToolResult out{DeployJson(run), res.state != DeployState::kRolledOut};
-    for (auto& rp : run.waiters) rp.deliver(out);
-  }
+  // Write-ahead: the callers hear of the deploy only once its record is durable.
+  DeployRecord rec;
+  rec.deploy_id = run.id;
+  rec.domain = s.env->domain;
+  rec.build_id = run.req.build_id;
+  rec.image = run.req.image;
+  rec.status = DeployStateName(res.state);
+  rec.reason = res.reason;
+  auto store = s.env->store;
+  s.answers.After(store ? s.env->writer.get() : nullptr, caf::actor_cast<caf::actor>(self),
+                  [store, rec]() mutable {
+                    Status st = store->RecordDeploy(&rec);
+                    if (!st.ok())
+                      spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id,
+                                    st.message());
+                  },
+                  ToolResult{DeployJson(run), res.state != DeployState::kRolledOut},
+                  std::move(run.waiters));
   run.waiters.clear();
   run.sinks.clear();
   s.finished_deploys.push_back(run.id);
@@ -481,13 +475,7 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
         run.progress += 1;
         for (auto& sink : run.sinks) self->send(sink, progress_atom::value, ToolProgress{run.progress, std::nullopt, line});
       },
-      [=](journaled_atom, uint64_t ticket) {
-        auto& s = self->state;
-        auto it = s.unacked.find(ticket);
-        if (it == s.unacked.end()) return;
-        for (auto& rp : it->second.second) rp.deliver(it->second.first);
-        s.unacked.erase(it);
-      },
+      [=](journaled_atom, uint64_t ticket) { self->state.answers.Release(ticket); },
       [=](deploy_done_atom, const std::string& id, DeployResult& res) {
         auto& s = self->state;
         auto it = s.deploys.find(id);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -97,10 +98,12 @@ int StateCheckCommand(const std::string& state_dir, bool list_builds, std::ostre
   doc["interrupted"] = sum.interrupted;
 
   std::map<std::string, size_t> statuses;
+  std::map<std::pair<std::string, std::string>, size_t> per_candidate;
   json list = json::array();
   for (const BuildRecord& b : store.AllBuilds()) {
     // Builds the load marked interrupted count as such: that is what kiln would report.
     ++statuses[StatusWireName(b.status)];
+    ++per_candidate[{b.domain, b.candidate}];
     if (list_builds) {
       list.push_back({{"id", b.id},
                       {"domain", b.domain},
@@ -116,7 +119,7 @@ int StateCheckCommand(const std::string& state_dir, bool list_builds, std::ostre
   for (const std::string& d : store.Domains()) {
     json candidates = json::object();
     for (const std::string& c : store.Candidates(d)) {
-      candidates[c] = {{"builds", store.Builds(d, c, ~size_t{0}).size()},
+      candidates[c] = {{"builds", per_candidate[{d, c}]},
                        {"latest_successful", LatestJson(store.LatestSuccessful(d, c))}};
     }
     domains[d] = {{"deployed", DeployJson(store.Deployed(d))},

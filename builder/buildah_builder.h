@@ -33,10 +33,10 @@
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
+#include "builder/registry_client.h"
 
 namespace kiln {
 
-class RegistryClient;
 
 class BuildahBuilder : public Builder {
  public:
@@ -81,7 +81,7 @@ class BuildahBuilder : public Builder {
   ProcessRunner* runner_;
   std::string buildah_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<RegistryClient>> clients_;  // guarded by mu_; by registry entry
+  RegistryClients clients_;
 };
 
 }  // namespace kiln

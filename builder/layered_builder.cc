@@ -73,13 +73,7 @@ Status LayeredBuilder::ParseBaseRef(const std::string& ref, std::string* host, s
 }
 
 RegistryClient* LayeredBuilder::Client(const RegistryConfig& reg) {
-  std::lock_guard<std::mutex> l(mu_);
-  // One client per registry entry, not per URL: two entries for one registry with different
-  // credentials must never share a token cache or an auth file.
-  auto& c = clients_[reg.name + '\n' + reg.url + '\n' + reg.auth_file.value_or("") + '\n' +
-                     reg.ca_file.value_or("")];
-  if (!c) c = std::make_unique<RegistryClient>(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file});
-  return c.get();
+  return clients_.Get(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file});
 }
 
 Status LayeredBuilder::ResolveBase(const RegistryConfig& reg, const std::string& base_ref,

@@ -33,10 +33,10 @@
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
+#include "builder/registry_client.h"
 
 namespace kiln {
 
-class RegistryClient;
 class OutputsCache;
 
 struct LayeredBuilderOptions {
@@ -76,7 +76,7 @@ class LayeredBuilder : public Builder {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<OutputsCache>> caches_;      // by domain cache dir
   std::vector<std::future<void>> background_;                        // base lookups of failed builds
-  std::map<std::string, std::unique_ptr<RegistryClient>> clients_;   // by registry entry (name, url, files)
+  RegistryClients clients_;
   std::map<std::string, std::shared_ptr<const Base>> bases_;         // by base ref
   // storage_dir -> (image id, prepared image): at most one unpushed image per candidate.
   std::map<std::string, std::pair<std::string, std::shared_ptr<const Prepared>>> prepared_;

@@ -575,4 +575,12 @@ Status RegistryClient::PutManifest(const std::string& repo, const std::string& r
   return Status::Ok();
 }
 
+RegistryClient* RegistryClients::Get(const RegistryEndpoint& endpoint) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& c = clients_[endpoint.url + '\n' + endpoint.auth_file.value_or("") + '\n' +
+                     endpoint.ca_file.value_or("")];
+  if (!c) c = std::make_unique<RegistryClient>(endpoint);
+  return c.get();
+}
+
 }  // namespace kiln

@@ -127,4 +127,17 @@ class RegistryClient {
                   const std::string& repo) const;
 };
 
+/// RegistryClients: one RegistryClient per endpoint — URL, auth file and CA together, so two
+/// config entries for one registry with different credentials never share a client or its
+/// token cache — created on first use and kept for the process.
+/// Thread-safe. The returned clients live as long as this object.
+class RegistryClients {
+ public:
+  RegistryClient* Get(const RegistryEndpoint& endpoint);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<RegistryClient>> clients_;  // guarded by mu_
+};
+
 }  // namespace kiln

@@ -628,5 +628,19 @@ TEST_F(RealRegistry, HttpsWithCaWorksAndWithoutCaFailsVerification) {
   EXPECT_FALSE(st.ok());
 }
 
+// Two config entries for one registry with different credentials get different clients (and
+// token caches); the same entry always gets the same client.
+TEST(RegistryClientsTest, OneClientPerEndpointNotPerUrl) {
+  RegistryClients clients;
+  RegistryEndpoint right{"http://127.0.0.1:5000", std::string("/a/auth.json"), std::nullopt};
+  RegistryEndpoint wrong{"http://127.0.0.1:5000", std::string("/b/auth.json"), std::nullopt};
+  RegistryEndpoint other_ca{"http://127.0.0.1:5000", std::string("/a/auth.json"), std::string("/ca.pem")};
+  RegistryClient* a = clients.Get(right);
+  EXPECT_EQ(clients.Get(right), a);
+  EXPECT_NE(clients.Get(wrong), a);
+  EXPECT_NE(clients.Get(other_ca), a);
+  EXPECT_NE(clients.Get(RegistryEndpoint{"http://127.0.0.1:5000", std::nullopt, std::nullopt}), a);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -448,7 +448,9 @@ test("kill -9 at 27 points of builds, pushes and deploys; nothing is lost or dup
       p.on("exit", resolve);
     });
     await killOn(/deploy \S+ domain=fast .* -> rolling out/, randInt(0, 300));
-    assert.notEqual(await applied, 0, "apply cannot succeed when kiln dies during its rollout");
+    // A quick rollout may finish before the kill: then apply's exit 0 is an answer the journal
+    // must keep (checked at the next restart like any acknowledged deploy).
+    if (await applied === 0) ackedDeploy = { build_id: id, at: Date.now() };
   });
   await point("containerfile: building", buildPhases("slow", "s1", /candidate=s1 -> building/, randInt(500, 3000)));
   await point("containerfile: pushing", buildPhases("slow", "s1", /candidate=s1 -> pushing/, 0));

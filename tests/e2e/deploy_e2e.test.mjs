@@ -15,6 +15,7 @@ import crypto from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { sh, pushCandidate } from "./agent_git.mjs";
+import { writeFakeApiFiles, kubeconfig } from "./fake_k8s.mjs";
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, "../..");
@@ -120,17 +121,9 @@ before(async () => {
   sh(path.join(root, "scripts/registry.sh"), ["start", "--dir", regDir, "--port", String(REG_PORT)]);
   sh(path.join(root, "scripts/base_images.sh"), ["--registry", `127.0.0.1:${REG_PORT}`, "--authfile", path.join(regDir, "auth.json")]);
 
-  // A test CA and a server certificate for the fake API server (SAN IP:127.0.0.1).
-  const o = (...a) => sh("openssl", a, { cwd: dir });
-  o("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=kiln-test-ca");
-  o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "api.key", "-out", "api.csr", "-subj", "/CN=kube-apiserver");
-  fs.writeFileSync(path.join(dir, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
-  o("x509", "-req", "-in", "api.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "api.crt", "-days", "2", "-extfile", "san.ext");
-  // kiln's service account: exactly the Role of k8s/manifests.
-  fs.writeFileSync(path.join(dir, "tokens.json"), JSON.stringify({ tokens: { [k8sToken]: {
-    user: "system:serviceaccount:loop:kiln",
-    allow: { "deployments.apps": ["get", "list", "watch", "patch"], "replicasets.apps": ["get", "list", "watch"],
-             pods: ["get", "list", "watch"], events: ["get", "list", "watch"] } } } }));
+  // A test CA, a server certificate for the fake API server (SAN IP:127.0.0.1), and kiln's
+  // service account with exactly the Role of k8s/manifests.
+  writeFakeApiFiles(dir, [k8sToken]);
   fake = spawn("python3", [path.join(root, "tests/fake_k8s/fake_apiserver.py"), "--port", String(K8S_PORT),
     "--cert", path.join(dir, "api.crt"), "--key", path.join(dir, "api.key"), "--tokens", path.join(dir, "tokens.json"),
     "--step-ms", "100"], { stdio: ["ignore", "inherit", "inherit"] });
@@ -140,11 +133,7 @@ before(async () => {
   sh("curl", ["-sf", "--cacert", path.join(dir, "ca.crt"), "-X", "POST", "-H", "Content-Type: application/json",
     "--data", JSON.stringify({ deployments: [deployment("web", 2), deployment("pf", 1)] }),
     `https://127.0.0.1:${K8S_PORT}/_fake/state`]);
-  fs.writeFileSync(path.join(dir, "kubeconfig"), [
-    "apiVersion: v1", "kind: Config", "current-context: test",
-    "clusters:", "- name: fake", "  cluster:", `    server: https://127.0.0.1:${K8S_PORT}`, `    certificate-authority: ${path.join(dir, "ca.crt")}`,
-    "users:", "- name: kiln", "  user:", `    token: ${k8sToken}`,
-    "contexts:", "- name: test", "  context:", "    cluster: fake", "    user: kiln", "    namespace: loop", ""].join("\n"));
+  fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(dir, K8S_PORT, k8sToken));
 
   const domain = (token, repo, deploy) => ({
     token_sha256: [sha(token)],

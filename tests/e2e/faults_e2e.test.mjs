@@ -24,6 +24,7 @@ import crypto from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { sh, pushCandidate } from "./agent_git.mjs";
+import { writeFakeApiFiles, kubeconfig } from "./fake_k8s.mjs";
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, "../..");
@@ -730,21 +731,9 @@ async function apply(k, domain) {
 
 test("Kubernetes API down or failing during a rollout: the deploy fails naming the API, kiln keeps serving, kiln apply deploys once it is back", { timeout: 240_000 }, async (t) => {
   fs.mkdirSync(k8sDir);
-  const o = (...a) => sh("openssl", a, { cwd: k8sDir });
-  o("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=kiln-faults-ca");
-  o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "api.key", "-out", "api.csr", "-subj", "/CN=kube-apiserver");
-  fs.writeFileSync(path.join(k8sDir, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
-  o("x509", "-req", "-in", "api.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "api.crt", "-days", "2", "-extfile", "san.ext");
-  // kiln's service account: the Role of k8s/manifests.
-  fs.writeFileSync(path.join(k8sDir, "tokens.json"), JSON.stringify({ tokens: { [k8sToken]: {
-    user: "system:serviceaccount:loop:kiln",
-    allow: { "deployments.apps": ["get", "list", "watch", "patch"], "replicasets.apps": ["get", "list", "watch"],
-             pods: ["get", "list", "watch"], events: ["get", "list", "watch"] } } } }));
-  fs.writeFileSync(path.join(k8sDir, "kubeconfig"), [
-    "apiVersion: v1", "kind: Config", "current-context: test",
-    "clusters:", "- name: fake", "  cluster:", `    server: https://127.0.0.1:${K8S_PORT}`, `    certificate-authority: ${path.join(k8sDir, "ca.crt")}`,
-    "users:", "- name: kiln", "  user:", `    token: ${k8sToken}`,
-    "contexts:", "- name: test", "  context:", "    cluster: fake", "    user: kiln", "    namespace: loop", ""].join("\n"));
+  // A test CA, the API server's certificate, kiln's service account (the Role of k8s/manifests).
+  writeFakeApiFiles(k8sDir, [k8sToken], "kiln-faults-ca");
+  fs.writeFileSync(path.join(k8sDir, "kubeconfig"), kubeconfig(k8sDir, K8S_PORT, k8sToken));
   await fakeUp(`127.0.0.1:${REG_PORT}/seed/app@sha256:${"1".repeat(64)}`);
   const k = new Kiln("k8s", 18734, {
     scheduler: { max_parallel_builds: 2 },

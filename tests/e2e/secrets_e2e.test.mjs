@@ -28,6 +28,7 @@ import zlib from "node:zlib";
 import crypto from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { writeFakeApiFiles, kubeconfig } from "./fake_k8s.mjs";
 
 const execFileP = promisify(execFile);
 const here = path.dirname(new URL(import.meta.url).pathname);
@@ -253,15 +254,7 @@ before(async () => {
     JSON.stringify({ auths: { [`127.0.0.1:${REG2_PORT}`]: { auth: b64(`kiln:${wrongRegistryPassword}`) } } }), { mode: 0o600 });
 
   // The fake Kubernetes API server: a test CA, a server certificate for IP 127.0.0.1, a token.
-  const o = (...a) => execFileP("openssl", a, { cwd: dir });
-  await o("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=kiln-test-ca");
-  await o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "api.key", "-out", "api.csr", "-subj", "/CN=kube-apiserver");
-  fs.writeFileSync(path.join(dir, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
-  await o("x509", "-req", "-in", "api.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "api.crt", "-days", "2", "-extfile", "san.ext");
-  fs.writeFileSync(path.join(dir, "tokens.json"), JSON.stringify({ tokens: { [k8sToken]: {
-    user: "system:serviceaccount:loop:kiln",
-    allow: { "deployments.apps": ["get", "list", "watch", "patch"], "replicasets.apps": ["get", "list", "watch"],
-             pods: ["get", "list", "watch"], events: ["get", "list", "watch"] } } } }));
+  writeFakeApiFiles(dir, [k8sToken]);
   fake = spawn("python3", [path.join(root, "tests/fake_k8s/fake_apiserver.py"), "--port", String(K8S_PORT),
     "--cert", path.join(dir, "api.crt"), "--key", path.join(dir, "api.key"), "--tokens", path.join(dir, "tokens.json"),
     "--step-ms", "100"], { stdio: ["ignore", "ignore", "inherit"] });
@@ -279,12 +272,8 @@ before(async () => {
   });
   await execFileP("curl", ["-sf", "--cacert", path.join(dir, "ca.crt"), "-X", "POST", "-H", "Content-Type: application/json",
     "--data", JSON.stringify({ deployments: [deployment("kube"), deployment("kbad")] }), `https://127.0.0.1:${K8S_PORT}/_fake/state`]);
-  const kubeconfig = (token) => ["apiVersion: v1", "kind: Config", "current-context: test",
-    "clusters:", "- name: fake", "  cluster:", `    server: https://127.0.0.1:${K8S_PORT}`, `    certificate-authority: ${path.join(dir, "ca.crt")}`,
-    "users:", "- name: kiln", "  user:", `    token: ${token}`,
-    "contexts:", "- name: test", "  context:", "    cluster: fake", "    user: kiln", "    namespace: loop", ""].join("\n");
-  fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(k8sToken), { mode: 0o600 });
-  fs.writeFileSync(path.join(dir, "kubeconfig-wrong"), kubeconfig(k8sWrongToken), { mode: 0o600 });
+  fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(dir, K8S_PORT, k8sToken), { mode: 0o600 });
+  fs.writeFileSync(path.join(dir, "kubeconfig-wrong"), kubeconfig(dir, K8S_PORT, k8sWrongToken), { mode: 0o600 });
 
   const layered = { mode: "layered", timeout_s: 600, layered: {
     base_image: `127.0.0.1:${REG_PORT}/kiln/busybox@${busybox}`,
