@@ -257,7 +257,10 @@ function observe(domain, candidate, b, via, extra = {}) {
   if (extra.broken !== undefined) rec.broken = extra.broken;
   check("a build id belongs to one domain/candidate", rec.domain === domain && rec.candidate === candidate,
     `${b.build_id} seen as ${rec.domain}/${rec.candidate} and ${domain}/${candidate}`);
-  rec.obs.push({ seq: obsSeq++, status: b.status, digest: b.image?.digest ?? null, via, error: b.error ?? null });
+  // An answer without an `image` field (cancel_build of a build that had already ended) says
+  // nothing about the digest: undefined, not null.
+  const digest = "image" in b ? (b.image?.digest ?? null) : undefined;
+  rec.obs.push({ seq: obsSeq++, status: b.status, digest, via, error: b.error ?? null });
   return rec;
 }
 const terminalOf = (rec) => rec.obs.filter((o) => TERMINAL.has(o.status));
@@ -657,7 +660,7 @@ try {
     const firstTerm = term[0].seq;
     check("no answer shows a build running again after it ended", !rec.obs.some((o) => o.seq > firstTerm && !TERMINAL.has(o.status)),
       `${rec.id}: ${rec.obs.map((o) => `${o.via}:${o.status}`).join(", ")}`);
-    const digests = [...new Set(term.filter((o) => o.status === "succeeded").map((o) => o.digest))];
+    const digests = [...new Set(term.filter((o) => o.status === "succeeded" && o.digest !== undefined).map((o) => o.digest))];
     check("a succeeded build always reports the same digest", digests.length <= 1, `${rec.id}: ${digests}`);
     rec.final = distinct[0];
     rec.digest = digests[0] ?? null;
