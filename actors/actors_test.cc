@@ -232,8 +232,10 @@ TEST_F(ActorsTest, BadArgumentsAreToolErrors) {
   EXPECT_TRUE(Call("a", "build_candidate", {{"candidate", "../../etc"}}).get().is_error);
   EXPECT_TRUE(Call("a", "build_log", {{"build_id", "b-0000000000000000"}}).get().is_error);
   ToolResult st = Call("a", "candidate_status", {{"candidate", "never"}}).get();
-  EXPECT_FALSE(st.is_error);
-  EXPECT_EQ(st.structured["state"], "idle");
+  EXPECT_TRUE(st.is_error);
+  EXPECT_EQ(st.structured["state"], "unknown");
+  EXPECT_EQ(st.structured["error_kind"], "not_pushed");
+  EXPECT_NE(st.structured["next_step"].get<std::string>().find("refs/heads/never"), std::string::npos);
   EXPECT_TRUE(Call("zzz", "list_candidates", json::object()).get().is_error);
 }
 

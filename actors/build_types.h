@@ -42,6 +42,7 @@ struct BuildOutcome {
   std::vector<Diagnostic> diagnostics;
   std::string log_tail;      // last lines of the log
   std::string error;         // human-readable failure reason (never a credential)
+  std::string error_kind;    // actors/build_failure.h vocabulary, set with `error`
   BuildId built_by;          // the build id that actually ran
   std::string commit;        // what was built
   int64_t build_ms = 0;

@@ -1,4 +1,5 @@
 #include "actors/candidate_actor.h"
+#include "actors/build_failure.h"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -212,6 +213,7 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     }
     f.timings = r.snap.timings;
     f.error = r.snap.error.empty() && outcome ? outcome->error : r.snap.error;
+    f.error_kind = r.snap.error.empty() && outcome ? outcome->error_kind : r.snap.error_kind;
     f.cache_hit = r.snap.cache_hit;
     f.commit = r.snap.commit;
     f.build_key = r.key;
@@ -259,12 +261,14 @@ void Restore(Self* self) {
     r.snap.cache_hit = b.cache_hit;
     r.snap.timings = b.timings;
     r.snap.error = b.error;
+    r.snap.error_kind = b.error_kind;
     auto o = std::make_shared<BuildOutcome>();
     o->status = b.status;
     o->image_ref = b.image_ref;
     o->digest = b.digest;
     o->diagnostics = b.diagnostics;
     o->error = b.error;
+    o->error_kind = b.error_kind;
     o->built_by = b.id;
     o->commit = b.commit;
     r.snap.outcome = o;
@@ -355,7 +359,11 @@ void Execute(Self* self, const BuildId& id) {
       Status st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
       if (lock_fd >= 0) ::close(lock_fd);
       if (!st.ok()) {
-        d.status = Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
+        d.phase = "checkout";
+        // A tree over the domain's limits is the agent's to fix; anything else is kiln's.
+        d.compile_failed = st.code() == Status::Code::kFailedPrecondition;
+        d.status = d.compile_failed ? st
+                                    : Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
         caf::anon_send(me, d);
         return;
       }
@@ -371,6 +379,7 @@ void Execute(Self* self, const BuildId& id) {
     BuildResult br = env->builder->Build(job, [&](std::string_view chunk) { log->Append(chunk); }, cancel.get());
     d.status = br.status;
     d.compile_failed = br.compile_failed;
+    d.failure_kind = br.failure_kind;
     d.image_id = br.image_id;
     d.diagnostics = std::move(br.diagnostics);
     d.elapsed_ms = Ms(Clock::now() - t0);
@@ -394,17 +403,35 @@ void StartPending(Self* self) {
   }
 }
 
+// The agent-facing wording of a failed step (actors/build_failure.h); host paths hidden.
+FailureView Describe(Self* self, const std::string& stage, const WorkDone& d) {
+  const auto& env = *self->state.env;
+  FailureFacts f;
+  f.stage = stage;
+  f.status = d.status;
+  f.agent_fault = d.compile_failed;
+  f.hint = d.failure_kind;
+  f.diagnostics = d.diagnostics;
+  f.candidate = self->state.name;
+  f.hidden = {env.config->server.state_dir, env.domain_dir, env.home_dir};
+  return DescribeFailure(f);
+}
+
 void Cancel(Self* self, Record& r, const std::string& why) {
   if (IsFinal(r.snap.status)) return;
   r.cancel->Cancel();
   self->send(self->state.scheduler, cancel_atom::value, r.snap.id);
+  r.snap.error_kind = why.rfind("superseded", 0) == 0 ? "superseded" : "cancelled";
   Finalize(self, r, BuildStatus::kCancelled, nullptr, why);
 }
 
 void OnResolved(Self* self, Record& r, const WorkDone& d) {
   auto& s = self->state;
   if (!d.status.ok()) {
-    Finalize(self, r, BuildStatus::kFailed, nullptr, d.status.message());
+    FailureView v = Describe(self, "resolve", d);
+    r.snap.error_kind = v.error_kind;
+    if (v.error_kind == "infrastructure") spdlog::warn("build {}: {}", r.snap.id, d.status.message());
+    Finalize(self, r, BuildStatus::kFailed, nullptr, v.error);
     return;
   }
   r.snap.commit = d.commit;
@@ -456,9 +483,12 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
     BuildStatus st = d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled : BuildStatus::kFailed;
     auto o = MakeOutcome(r, st);
     o->diagnostics = d.diagnostics;
-    o->error = d.compile_failed ? "build failed: see diagnostics and log_tail" : d.status.message();
-    if (d.compile_failed && !d.diagnostics.empty())
-      o->error = "build failed with " + std::to_string(d.diagnostics.size()) + " diagnostic(s)";
+    FailureView v = Describe(self, d.phase, d);
+    if (v.error_kind == "infrastructure") spdlog::warn("build {}: {}", r.snap.id, d.status.message());
+    o->error = v.error;
+    o->error_kind = v.error_kind;
+    // The builder's own words are the last line of the log, where the agent looks first.
+    if (r.log) r.log->Append("kiln: " + v.error + "\n");
     o->build_ms = d.elapsed_ms;
     ReportFinished(self, r, o);
     Finalize(self, r, st, o, "");
@@ -521,7 +551,11 @@ void OnPushed(Self* self, Record& r, const WorkDone& d) {
     o->image_ref = d.ref;
     r.log->Append("kiln: pushed " + d.ref + "\n");
   } else {
-    o->error = d.status.message();
+    FailureView v = Describe(self, "push", d);
+    if (v.error_kind == "infrastructure") spdlog::warn("build {}: {}", r.snap.id, d.status.message());
+    o->error = v.error;
+    o->error_kind = v.error_kind;
+    if (r.log) r.log->Append("kiln: " + v.error + "\n");
   }
   if (ok && self->state.env->keys) {
     auto keys = self->state.env->keys;
@@ -632,12 +666,13 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
             return rp;
           }
         }
-        if (s.active) {
-          auto it = s.records.find(*s.active);
-          if (it != s.records.end()) Cancel(self, it->second, "superseded by a newer build request");
-        }
         BuildId id = NewBuildId();
         while (s.records.count(id)) id = NewBuildId();
+        if (s.active) {
+          auto it = s.records.find(*s.active);
+          if (it != s.records.end())
+            Cancel(self, it->second, "superseded by build " + id + " (a newer build request for this candidate)");
+        }
         Record& r = s.records[id];
         r.snap.id = id;
         r.snap.candidate = s.name;
@@ -691,7 +726,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         if (it != s.records.end()) {
           if (d.phase == "resolve") {
             if (!IsFinal(it->second.snap.status)) OnResolved(self, it->second, d);
-          } else if (d.phase == "build") {
+          } else if (d.phase == "build" || d.phase == "checkout") {
             OnBuilt(self, it->second, d);
           } else {
             OnPushed(self, it->second, d);

@@ -1,4 +1,5 @@
 #include "actors/domain_actor.h"
+#include "actors/build_failure.h"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -370,14 +371,17 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
           Status st = ParseCandidateArg(call.arguments, &c);
           if (!st.ok()) return Error(st.message());
           auto cand = Candidate(self, c, false);
-          if (!cand)
+          if (!cand)  // never built (or unknown): say so, and how to start
             return ToolResult{{{"candidate", c},
-                               {"state", "idle"},
+                               {"state", "unknown"},
                                {"latest_build", nullptr},
                                {"latest_successful_build", nullptr},
                                {"deployed_build", nullptr},
-                               {"queue_position", nullptr}},
-                              false};
+                               {"queue_position", nullptr},
+                               {"error", "candidate '" + c + "' has no builds in this domain"},
+                               {"error_kind", "not_pushed"},
+                               {"next_step", NextStepFor("not_pushed", c)}},
+                              true};
           caf::response_promise rp = self->make_response_promise();
           self->request(cand, std::chrono::seconds(30), status_atom::value)
               .then(

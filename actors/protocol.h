@@ -96,6 +96,7 @@ struct WorkDone {
   std::string phase;  // "resolve", "build", "push"
   Status status;
   bool compile_failed = false;
+  std::string failure_kind;              // the builder's own classification, "" when none
   std::string commit, tree, source_id;   // resolve
   std::string image_id;                  // build
   std::vector<Diagnostic> diagnostics;   // build

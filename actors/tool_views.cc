@@ -1,5 +1,7 @@
 #include "actors/tool_views.h"
 
+#include "actors/build_failure.h"
+
 #include "common/names.h"
 
 namespace kiln {
@@ -164,16 +166,28 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
   nlohmann::json diags = nlohmann::json::array();
   nlohmann::json image = nullptr;
   std::string error = b.error;
+  std::string kind = b.error.empty() ? std::string() : b.error_kind;
   if (b.outcome) {
     for (const auto& d : b.outcome->diagnostics) diags.push_back(ToJson(d));
     if (b.status == BuildStatus::kSucceeded && !b.outcome->digest.empty())
       image = {{"ref", b.outcome->image_ref}, {"digest", b.outcome->digest}};
-    if (error.empty()) error = b.outcome->error;
+    if (error.empty()) {
+      error = b.outcome->error;
+      kind = b.outcome->error_kind;
+    }
   }
   j["image"] = image;
   j["diagnostics"] = diags;
   j["log_tail"] = b.log_tail;
   if (!error.empty()) j["error"] = error;
+  if (b.status == BuildStatus::kFailed || b.status == BuildStatus::kCancelled ||
+      b.status == BuildStatus::kInterrupted) {
+    if (kind.empty()) kind = b.status == BuildStatus::kCancelled ? "cancelled" : "infrastructure";
+    if (error.empty()) error = b.status == BuildStatus::kCancelled ? "the build was cancelled" : "the build failed";
+    j["error"] = error;
+    j["error_kind"] = kind;
+    j["next_step"] = NextStepFor(kind, b.candidate);
+  }
   if (b.queue_position) j["queue_position"] = *b.queue_position;
   j["timings"] = {{"queued_ms", b.timings.queued_ms},
                   {"build_ms", b.timings.build_ms},

@@ -23,6 +23,7 @@ struct BuildSnapshot {
   bool deduplicated = false;
   OutcomePtr outcome;          // set when final (except for early failures)
   std::string error;           // failure reason when no outcome carries it
+  std::string error_kind;      // its kind (actors/build_failure.h)
   std::string log_tail;
   std::optional<int64_t> queue_position;
   BuildTimings timings;

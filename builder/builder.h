@@ -39,6 +39,10 @@ struct BuildJob {
 struct BuildResult {
   Status status;               // ok when an image was built
   bool compile_failed = false; // the build ran and a build step failed (diagnostics apply)
+  /// The builder's own classification of a failure when it knows better than the status code
+  /// (actors/build_failure.h kinds: "containerfile", "base_image", "output_missing", "test",
+  /// "infrastructure", ...); "" lets the candidate decide.
+  std::string failure_kind;
   std::string image_id;        // local image id when ok
   std::vector<Diagnostic> diagnostics;
   int64_t elapsed_ms = 0;

@@ -125,6 +125,7 @@ json BuildJson(const BuildRecord& b) {
           {"diagnostics", DiagnosticsJson(b.diagnostics)},
           {"timings", TimingsJson(b.timings)},
           {"error", b.error},
+          {"error_kind", b.error_kind},
           {"cache_hit", b.cache_hit},
           {"started_at_ms", b.started_at_ms},
           {"finished_at_ms", b.finished_at_ms}};
@@ -143,6 +144,7 @@ BuildRecord BuildFrom(const json& j) {
   if (j.contains("diagnostics")) b.diagnostics = DiagnosticsFrom(j.at("diagnostics"));
   if (j.contains("timings")) b.timings = TimingsFrom(j.at("timings"));
   b.error = j.value("error", "");
+  b.error_kind = j.value("error_kind", "");
   b.cache_hit = j.value("cache_hit", false);
   b.started_at_ms = j.value("started_at_ms", int64_t{0});
   b.finished_at_ms = j.value("finished_at_ms", int64_t{0});
@@ -157,6 +159,7 @@ json FinishJson(const BuildFinish& f) {
           {"diagnostics", DiagnosticsJson(f.diagnostics)},
           {"timings", TimingsJson(f.timings)},
           {"error", f.error},
+          {"error_kind", f.error_kind},
           {"cache_hit", f.cache_hit},
           {"commit", f.commit},
           {"build_key", f.build_key},
@@ -257,6 +260,7 @@ struct StateStore::Model {
     b.diagnostics = DiagnosticsFrom(j.at("diagnostics"));
     b.timings = TimingsFrom(j.at("timings"));
     b.error = j.value("error", "");
+    b.error_kind = j.value("error_kind", "");
     b.cache_hit = j.value("cache_hit", false);
     if (!j.value("commit", "").empty()) b.commit = j.value("commit", "");
     if (!j.value("build_key", "").empty()) b.build_key = j.value("build_key", "");

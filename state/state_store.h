@@ -63,6 +63,7 @@ struct BuildRecord {
   std::vector<Diagnostic> diagnostics;
   BuildTimings timings;
   std::string error;      // failure reason (never a credential)
+  std::string error_kind; // actors/build_failure.h vocabulary; "" on success (and old records)
   bool cache_hit = false;
   int64_t started_at_ms = 0;   // wall clock (unix ms); filled by RecordBuildStarted when 0
   int64_t finished_at_ms = 0;  // filled by RecordBuildFinished when 0
@@ -77,6 +78,7 @@ struct BuildFinish {
   std::vector<Diagnostic> diagnostics;
   BuildTimings timings;
   std::string error;
+  std::string error_kind;
   bool cache_hit = false;
   std::string commit;     // when known only now (resolved after the start); "" keeps the old
   std::string build_key;  // likewise

@@ -23,6 +23,30 @@ json StringProp(const std::string& description) {
   return {{"type", "string"}, {"description", description}};
 }
 
+// Candidate names (common/names.h ValidateName): they are git branches, OCI tags and directory
+// names at once.
+constexpr const char* kNamePattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
+constexpr const char* kNameRule =
+    " 1-63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, no '..', not "
+    "ending in '.' or '.lock'.";
+
+json NameProp(const std::string& description) {
+  return {{"type", "string"},
+          {"pattern", kNamePattern},
+          {"minLength", 1},
+          {"maxLength", 63},
+          {"description", description + kNameRule}};
+}
+
+json ErrorKindEnum() {
+  return {{"type", json::array({"string", "null"})},
+          {"description",
+           "On failure: what kind, to branch on (compile, test, containerfile, base_image, "
+           "output_missing, tree_too_large, timeout, cancelled, superseded, not_pushed, "
+           "invalid_argument, infrastructure; deploys: deploy_crash, deploy_unready, "
+           "deploy_image, ...). infrastructure means: not your code, retry later."}};
+}
+
 json BuildStatusEnum() {
   return {{"type", "string"},
           {"enum", {"queued", "running", "succeeded", "failed", "cancelled", "interrupted"}}};
@@ -52,7 +76,9 @@ json BuildResultSchema() {
       {"log_tail", Nullable({{"type", "string"}})},
       {"cache_hit", Nullable({{"type", "boolean"}})},
       {"timings", timings},
-      {"error", Nullable(StringProp("Why the call failed, when it failed."))},
+      {"error", Nullable(StringProp("Why the call failed, when it failed: one sentence."))},
+      {"error_kind", ErrorKindEnum()},
+      {"next_step", Nullable(StringProp("What to do next, when the call failed."))},
   });
 }
 
@@ -81,15 +107,28 @@ json InputObject(json properties, std::vector<std::string> required) {
 json BuildCandidate() {
   return Tool(
       "build_candidate", "Build candidate image",
-      "Build the container image of a candidate from its pushed git branch and push it to the "
-      "registry. With wait=true (default) the call returns when the build finished (and streams "
-      "progress when the request carries a progressToken); with wait=false it returns at once "
-      "with the build_id: poll candidate_status. A failed build is a result with isError=true "
-      "and compiler diagnostics.",
-      InputObject({{"candidate", StringProp("Candidate name (also the default branch).")},
-                   {"ref", StringProp("Git ref to build (default: the branch named after the "
-                                      "candidate).")},
-                   {"commit", StringProp("Exact commit to build (40 hex characters).")},
+      "Build the container image of a candidate and push it to the registry. First commit and "
+      "push your code to kiln, which is your git remote: `git push <kiln>/git/<domain>.git "
+      "HEAD:refs/heads/<candidate>` (with your token as `Authorization: Bearer` header). The "
+      "build uses the candidate's branch (or `ref`/`commit`). With wait=true (default) the call "
+      "returns when the build finished (and streams progress when the request carries a "
+      "progressToken); with wait=false it returns at once with the build_id: poll "
+      "candidate_status. A failed build is a result with isError=true, `error`, `error_kind`, "
+      "`next_step` and compiler diagnostics (repository-relative file:line:column). Then call "
+      "deploy_candidate to roll the built image out.",
+      InputObject({{"candidate", NameProp("Candidate name (also the default branch).")},
+                   {"ref", {{"type", "string"},
+                            {"maxLength", 200},
+                            {"description",
+                             "Git branch to build, `name` or `refs/heads/name` (default: the "
+                             "branch named after the candidate). Each '/'-separated part follows "
+                             "the candidate name rules."}}},
+                   {"commit", {{"type", "string"},
+                               {"pattern", "^([0-9a-f]{4,40}|[0-9a-f]{64})$"},
+                               {"description",
+                                "Exact commit to build: 4-40 lowercase hex characters (full or "
+                                "abbreviated SHA-1) or 64 (SHA-256). It must be in the pushed "
+                                "history."}}},
                    {"wait",
                     {{"type", "boolean"},
                      {"default", true},
@@ -104,7 +143,7 @@ json CandidateStatus() {
   return Tool("candidate_status", "Candidate status",
               "State of one candidate: its latest build, its deployed build and its position "
               "in the build queue.",
-              InputObject({{"candidate", StringProp("Candidate name.")}}, {"candidate"}),
+              InputObject({{"candidate", NameProp("Candidate name.")}}, {"candidate"}),
               OpenObject({{"candidate", Nullable({{"type", "string"}})},
                           {"state", Nullable({{"type", "string"}})},
                           {"latest_build", build},
@@ -163,9 +202,12 @@ json DeployCandidate() {
       "deploy_candidate", "Deploy candidate",
       "Deploy a candidate's build (default: its latest successful build) to the domain's "
       "deploy target, by digest, and wait for the rollout when wait=true (progress is "
-      "reported). Deploys of a domain are ordered: an older build never overwrites a newer "
-      "build's deploy that is in progress.",
-      InputObject({{"candidate", StringProp("Candidate name.")},
+      "reported). Build it first with build_candidate. Deploys of a domain are ordered: an "
+      "older build never overwrites a newer build's deploy that is in progress. A failed "
+      "deploy has isError=true, `reason` (ProgressDeadlineExceeded, ImagePullBackOff, "
+      "ErrImagePull, CrashLoopBackOff, Unauthorized, Forbidden, NotFound, Unavailable, Timeout, "
+      "StartFailed, HealthCheckFailed, Superseded) and `message`.",
+      InputObject({{"candidate", NameProp("Candidate name.")},
                    {"build_id", StringProp("Build to deploy (default: latest successful).")},
                    {"wait", {{"type", "boolean"}, {"default", true}}}},
                   {"candidate"}),
