@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 
 #include "builder/containerfile_images.h"
 #include "builder/oci_layout_pusher.h"
@@ -113,6 +116,40 @@ TEST(ContainerfileImages, CrossDomainImageBehindAnArgIsRefused) {
       if (!p.Check(img).ok()) refused = true;
     EXPECT_TRUE(refused) << cf;
   }
+}
+
+TEST(BuildahBuilderSecretPaths, EveryDomainsSecretsAreHidden) {
+  char tmpl[] = "/tmp/kiln-secrets-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  fs::create_directories(dir + "/kube");
+  fs::create_directories(dir + "/tls");
+  for (const char* f : {"/auth-a.json", "/auth-b.json", "/kube/config", "/kube/client.key",
+                        "/kube/notes.txt", "/tls/ca.crt", "/tls/registry-key.pem"})
+    std::ofstream(dir + f) << "x";
+  auto site = std::make_shared<Config>();
+  site->registries["a"] = RegistryConfig{"a", "http://127.0.0.1:5000", dir + "/auth-a.json", std::nullopt};
+  site->registries["b"] = RegistryConfig{"b", "https://r.example.com", dir + "/auth-b.json",
+                                         dir + "/tls/ca.crt"};
+  DomainConfig epp;
+  epp.deploy.kubernetes.emplace();
+  epp.deploy.kubernetes->kubeconfig = dir + "/kube/config";
+  site->domains["epp"] = epp;
+  site->domains["ranker"] = DomainConfig{};
+  BuildJob job;
+  job.domain = "ranker";
+  job.registry = site->registries["a"];
+  std::vector<std::string> files, dirs;
+  BuildahBuilder::SecretPaths(site.get(), job, &files, &dirs);
+  std::set<std::string> got(files.begin(), files.end());
+  EXPECT_EQ(got, (std::set<std::string>{dir + "/auth-a.json", dir + "/auth-b.json",
+                                        dir + "/kube/config", dir + "/kube/client.key",
+                                        dir + "/tls/registry-key.pem"}));
+  EXPECT_NE(std::find(dirs.begin(), dirs.end(), "/run/secrets"), dirs.end());
+  EXPECT_NE(std::find(dirs.begin(), dirs.end(), "/var/run/secrets"), dirs.end());
+  // Without the whole config: at least the job's own credential.
+  BuildahBuilder::SecretPaths(nullptr, job, &files, &dirs);
+  EXPECT_NE(std::find(files.begin(), files.end(), dir + "/auth-a.json"), files.end());
+  fs::remove_all(dir);
 }
 
 TEST(BuildahBuilderShellQuote, QuotesEverything) {
