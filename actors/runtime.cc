@@ -117,7 +117,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->runner = MakePosixProcessRunner();
-  impl->builder = opts.builder ? opts.builder : std::make_shared<BuildahBuilder>(impl->runner.get());
+  impl->builder = opts.builder ? opts.builder
+                              : std::make_shared<BuildahBuilder>(impl->runner.get(), "buildah", config);
   impl->layered = opts.builder ? opts.builder : std::make_shared<LayeredBuilder>(impl->runner.get());
   std::error_code ec;
   std::string state = fs::absolute(config->server.state_dir).string();

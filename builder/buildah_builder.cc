@@ -13,8 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "builder/containerfile_images.h"
 #include "builder/oci_layout_pusher.h"
 #include "builder/registry_client.h"
+#include "common/safe_remove.h"
+#include "config/base_image_policy.h"
+#include "config/host_checks.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -88,74 +92,9 @@ bool SplitImage(const std::string& image, std::string* host, std::string* repo,
   return !host->empty() && !repo->empty() && !ref->empty();
 }
 
-// Substitutes $X, ${X} and ${X:-default} from `vars` (unknown: empty).
-std::string Substitute(const std::string& s, const std::map<std::string, std::string>& vars) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '$' || i + 1 >= s.size()) {
-      out += s[i];
-      continue;
-    }
-    std::string name, def;
-    bool has_def = false;
-    if (s[i + 1] == '{') {
-      size_t close = s.find('}', i + 2);
-      if (close == std::string::npos) {
-        out += s.substr(i);
-        break;
-      }
-      name = s.substr(i + 2, close - i - 2);
-      size_t dash = name.find(":-");
-      if (dash != std::string::npos) {
-        def = name.substr(dash + 2);
-        name = name.substr(0, dash);
-        has_def = true;
-      }
-      i = close;
-    } else {
-      size_t j = i + 1;
-      while (j < s.size() && (isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
-      name = s.substr(i + 1, j - i - 1);
-      if (name.empty()) {
-        out += '$';
-        continue;
-      }
-      i = j - 1;
-    }
-    auto it = vars.find(name);
-    if (it != vars.end() && !it->second.empty()) {
-      out += it->second;
-    } else if (has_def) {
-      out += def;
-    }
-  }
-  return out;
-}
-
 std::string Upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
   return s;
-}
-
-// Joins continuation lines ("\\\n") and drops comments.
-std::vector<std::string> Instructions(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string line, cur;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    size_t first = line.find_first_not_of(" \t");
-    if (cur.empty() && (first == std::string::npos || line[first] == '#')) continue;
-    if (!line.empty() && line.back() == '\\') {
-      cur += line.substr(0, line.size() - 1) + " ";
-      continue;
-    }
-    cur += line;
-    out.push_back(cur);
-    cur.clear();
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
 }
 
 // Owned by `uid:gid` with `mode`; created when missing. Refuses a symlink.
@@ -224,8 +163,9 @@ struct BuildahBuilder::BaseLoad {
   std::string digest;  // registry digest (marker)
 };
 
-BuildahBuilder::BuildahBuilder(ProcessRunner* runner, std::string buildah)
-    : runner_(runner), buildah_(std::move(buildah)) {}
+BuildahBuilder::BuildahBuilder(ProcessRunner* runner, std::string buildah,
+                               std::shared_ptr<const Config> site)
+    : runner_(runner), buildah_(std::move(buildah)), site_(std::move(site)) {}
 BuildahBuilder::~BuildahBuilder() = default;
 
 std::string BuildahBuilder::RegistryHost(const std::string& url) {
@@ -272,59 +212,23 @@ void BuildahBuilder::ScanContainerfile(const std::string& text, std::vector<std:
 
 std::vector<std::string> BuildahBuilder::BaseImages(const std::string& text,
                                                     const std::map<std::string, std::string>& args) {
-  std::map<std::string, std::string> vars;  // ARGs declared before the first FROM
-  std::set<std::string> stages;
   std::vector<std::string> images;
-  auto add = [&](const std::string& raw) {
-    std::string img = Substitute(raw, vars);
-    if (img.empty() || img == "scratch" || stages.count(Upper(img))) return;
-    bool number = img.find_first_not_of("0123456789") == std::string::npos;
-    if (number) return;
-    for (const auto& i : images)
-      if (i == img) return;
-    images.push_back(img);
-  };
-  bool seen_from = false;
-  for (const std::string& ins : Instructions(text)) {
-    std::istringstream ls(ins);
-    std::string word;
-    ls >> word;
-    word = Upper(word);
-    std::vector<std::string> words;
-    for (std::string w; ls >> w;) words.push_back(w);
-    if (word == "ARG" && !seen_from) {
-      for (const auto& w : words) {
-        size_t eq = w.find('=');
-        std::string name = w.substr(0, eq);
-        auto a = args.find(name);
-        if (a != args.end()) {
-          vars[name] = a->second;
-        } else if (eq != std::string::npos) {
-          std::string v = w.substr(eq + 1);
-          if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
-            v = v.substr(1, v.size() - 2);
-          vars[name] = v;
-        }
-      }
-    } else if (word == "FROM") {
-      seen_from = true;
-      size_t i = 0;
-      while (i < words.size() && words[i].rfind("--", 0) == 0) ++i;
-      if (i < words.size()) add(words[i]);
-      if (i + 2 < words.size() && Upper(words[i + 1]) == "AS") stages.insert(Upper(words[i + 2]));
-    } else if (word == "COPY" || word == "ADD" || word == "RUN") {
-      for (const auto& w : words) {
-        if (w.rfind("--", 0) != 0) break;
-        if (w.rfind("--from=", 0) == 0) add(w.substr(7));
-        if (w.rfind("--mount=", 0) == 0) {
-          std::stringstream opts(w.substr(8));
-          for (std::string kv; std::getline(opts, kv, ',');)
-            if (kv.rfind("from=", 0) == 0) add(kv.substr(5));
-        }
-      }
-    }
-  }
+  for (const ContainerfileImage& i : ContainerfileImages(text, args)) images.push_back(i.image);
   return images;
+}
+
+void BuildahBuilder::SecretPaths(const Config* site, const BuildJob& job,
+                                 std::vector<std::string>* files, std::vector<std::string>* dirs) {
+  Config local;  // without the whole config: the job's own registry
+  local.registries[job.registry.name] = job.registry;
+  HostFacts facts;
+  facts.list_dir = ListRegularFiles;
+  std::set<std::string> f;
+  for (const auto& [key, file] : SecretFiles(site ? *site : local, facts)) f.insert(file);
+  if (site)
+    for (const auto& [key, file] : SecretFiles(local, facts)) f.insert(file);
+  files->assign(f.begin(), f.end());
+  dirs->assign({"/run/secrets", "/var/run/secrets"});
 }
 
 Status BuildahBuilder::LookupUser(const std::string& name, BuildUser* user) const {
@@ -376,6 +280,18 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
   std::map<std::string, std::string> args = job.build.containerfile.build_args;
   args["KILN_REGISTRY"] = host;
   std::vector<std::string> images = BaseImages(containerfile, args);
+  // The policy decides before anything is fetched (no registry call, no skopeo).
+  const BaseImagePolicy policy =
+      site_ && site_->domains.count(job.domain)
+          ? BaseImagePolicy::ForDomain(*site_, job.domain)
+          : BaseImagePolicy(job.domain, host, job.repository, job.build.base_images, {});
+  for (const std::string& image : images) {
+    Status st = policy.Check(image);
+    if (!st.ok()) {
+      *agent_fault = true;
+      return st;
+    }
+  }
   const std::string b = job.storage_dir + "/rootless";
   const std::string marker_path = job.storage_dir + "/kiln-bases.json";
   json marker = json::parse(ReadSmallFile(marker_path), nullptr, false);
@@ -385,8 +301,7 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
   int n = 0;
   for (const std::string& image : images) {
     std::string ihost, repo, ref;
-    if (image.find('$') != std::string::npos) continue;  // unresolved: buildah will say so
-    if (!SplitImage(image, &ihost, &repo, &ref) || ihost != host) {
+    if (!SplitImage(image, &ihost, &repo, &ref) || RegistryHostOf(ihost) != RegistryHostOf(host)) {
       *agent_fault = true;
       return Status::FailedPrecondition(
           "base image '" + image + "' is not in the domain's registry " + host +
@@ -417,7 +332,9 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
     load.digest = digest;
     std::string dir = b + "/" + load.dir;
     std::error_code ec;
-    fs::remove_all(dir, ec);
+    // bases/ is the build user's: never follow a link it planted.
+    Status rm = RemoveTreeBeneath(job.storage_dir, "rootless/" + load.dir);
+    if (!rm.ok()) return Status::Internal("cannot clear the base image layout: " + rm.message());
     if (out) out("kiln: fetching base image " + image + "\n");
     // kiln's own tool with kiln's credential; the build user only ever sees the layout.
     ProcessSpec spec;
@@ -471,9 +388,14 @@ ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& us
   for (const auto& h : hide)
     s << "[ ! -d " << q(h) << " ] || mount -t tmpfs -o ro,size=4k,mode=0700 kiln-hidden " << q(h)
       << "\n";
-  if (job.registry.auth_file)
-    s << "[ ! -f " << q(*job.registry.auth_file) << " ] || mount --bind /dev/null "
-      << q(*job.registry.auth_file) << "\n";
+  // Every secret kiln knows of, of every domain (not just this one's registry credential).
+  std::vector<std::string> secret_files, secret_dirs;
+  SecretPaths(site_.get(), job, &secret_files, &secret_dirs);
+  for (const auto& f : secret_files)
+    s << "[ ! -f " << q(f) << " ] || mount --bind /dev/null " << q(f) << "\n";
+  for (const auto& d : secret_dirs)
+    s << "[ ! -d " << q(d) << " ] || mount -t tmpfs -o ro,size=4k,mode=0700 kiln-hidden " << q(d)
+      << "\n";
   const int64_t fsize = job.build.max_file_mb * 1024 * 1024;
   s << "exec prlimit --fsize=" << fsize << ":" << fsize << " setpriv --reuid=" << user.uid
     << " --regid=" << user.gid << " --init-groups env -i PATH=" << kPath
@@ -582,7 +504,7 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   ProcessSpec spec = SandboxSpec(job, user, in.str());
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
   ProcessResult r = runner_->Run(spec, out, cancel);
-  for (const BaseLoad& l : loads) fs::remove_all(b + "/" + l.dir, ec);
+  for (const BaseLoad& l : loads) RemoveTreeBeneath(job.storage_dir, "rootless/" + l.dir);
   res.elapsed_ms = elapsed();
   if (!r.start_status.ok()) {
     res.status = Status::Unavailable("cannot run buildah: " + r.start_status.message());

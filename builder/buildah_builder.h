@@ -14,6 +14,12 @@
 // race (buildah #5674, #2781, #2521), and a candidate runs one build at a time. Compiler caches
 // (`RUN --mount=type=cache`) live under <cache_dir>/rootless (TMPDIR), one per domain.
 //
+// Base images (issue 15): every image the Containerfile names (builder/containerfile_images.h)
+// must pass the domain's base-image policy (config/base_image_policy.h) before anything is
+// fetched; a refusal is the agent's fault and names the image and the rule. In the build's
+// mount namespace every secret kiln knows of, for every domain (registry auth files, key files
+// beside a ca_file or kubeconfig, kubeconfigs, /run/secrets), is hidden (SecretPaths).
+//
 // The build user never holds a credential: kiln resolves the Containerfile's base images
 // (FROM, COPY --from, RUN --mount from=) itself, copies the ones it does not have yet with
 // kiln's credential (skopeo, run by kiln) into an OCI layout the build user loads into its
@@ -40,8 +46,11 @@ namespace kiln {
 
 class BuildahBuilder : public Builder {
  public:
-  /// `runner` must outlive this object. `buildah` is the binary to run.
-  explicit BuildahBuilder(ProcessRunner* runner, std::string buildah = "buildah");
+  /// `runner` must outlive this object. `buildah` is the binary to run. `site` is the whole
+  /// config: it gives every domain's base-image policy and the secrets to hide from builds;
+  /// without it (tests) the policy knows only the job's own domain and the job's auth file.
+  explicit BuildahBuilder(ProcessRunner* runner, std::string buildah = "buildah",
+                          std::shared_ptr<const Config> site = nullptr);
   ~BuildahBuilder() override;
 
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
@@ -59,6 +68,12 @@ class BuildahBuilder : public Builder {
   /// `scratch` are left out. `args` are the build args (they override ARG defaults).
   static std::vector<std::string> BaseImages(const std::string& text,
                                              const std::map<std::string, std::string>& args);
+  /// The files and directories to hide in a build's mount namespace: every registry auth_file,
+  /// every kubeconfig, key files beside them and beside every ca_file (config/host_checks.h
+  /// SecretFiles), and /run/secrets, /var/run/secrets (the in-cluster service-account token).
+  /// From `site` (every domain) when given, plus the job's registry.
+  static void SecretPaths(const Config* site, const BuildJob& job, std::vector<std::string>* files,
+                          std::vector<std::string>* dirs);
   /// `s` single-quoted for /bin/sh.
   static std::string ShellQuote(const std::string& s);
 
@@ -80,6 +95,7 @@ class BuildahBuilder : public Builder {
 
   ProcessRunner* runner_;
   std::string buildah_;
+  std::shared_ptr<const Config> site_;
   std::mutex mu_;
   RegistryClients clients_;
 };

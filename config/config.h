@@ -68,6 +68,12 @@ struct BuildConfig {
   std::string user = "kiln-build";
   /// Largest file a build step may write, in MiB (RLIMIT_FSIZE): 1..1048576.
   int64_t max_file_mb = 8192;
+  // --- issue 15: base images by policy (config/base_image_policy.h) ---
+  /// Repository patterns on the domain's registry its containerfile builds may use as base
+  /// images (FROM, COPY --from, RUN --mount from=). Absent: any repository on the registry
+  /// except other domains' image repositories. The domain's own repository is always allowed.
+  std::optional<std::vector<std::string>> base_images;
+  // --- end issue 15 ---
   ContainerfileBuild containerfile;
   std::optional<LayeredBuild> layered;
 };

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/names.h"
+#include "config/base_image_policy.h"
 #include "config/host_checks.h"
 
 namespace kiln {
@@ -599,7 +600,8 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
-            {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered"});
+            {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
+             "base_images"});
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {
@@ -633,6 +635,20 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
     }
   }
   ReadInt(obj, "max_file_mb", path, 1, int64_t{1} << 20, &out->max_file_mb);
+  // --- issue 15: build.base_images (config/base_image_policy.h) ---
+  std::vector<std::string> base_images;
+  if (ReadStringList(obj, "base_images", path, false, &base_images)) {
+    bool ok = true;
+    for (size_t i = 0; i < base_images.size(); ++i) {
+      std::string why = ValidateBaseImagePattern(base_images[i]);
+      if (!why.empty()) {
+        Problem(Index(Join(path, "base_images"), i), why);
+        ok = false;
+      }
+    }
+    if (ok) out->base_images = base_images;
+  }
+  // --- end issue 15 ---
   if (const json* s = Section(obj, "containerfile", path, false))
     ReadContainerfile(*s, Join(path, "containerfile"), &out->containerfile);
   // build.network is the setting; containerfile.network (a boolean) is its older spelling.
@@ -932,6 +948,8 @@ int CheckConfigCommandWithFacts(const std::string& path, const HostFacts& facts,
   std::vector<ConfigProblem> warnings = CollectConfigWarnings(config);
   // Host checks only for a valid config: with a broken one they would mostly repeat its errors.
   if (problems.empty()) CheckBuildHost(config, facts, &problems, &warnings);
+  // issue 15: overlapping domain repositories, base_images granting another domain's images.
+  if (problems.empty()) CheckDomainIsolation(config, &problems, &warnings);
   for (const ConfigProblem& p : problems)
     err << (p.path.empty() ? path : p.path) << ": " << p.reason << "\n";
   for (const ConfigProblem& w : warnings) out << "WARNING: " << FormatConfigProblem(w) << "\n";

@@ -891,5 +891,52 @@ TEST_F(ConfigParserTest, BuildIsolationFieldsAreValidated) {
   EXPECT_EQ(problems[0].path, "domains.ranker.build.containerfile.network");
 }
 
+// --- issue 15: build.base_images ---
+TEST_F(ConfigParserTest, BaseImagesParsedAndValidated) {
+  json j = Valid();
+  Config c;
+  ASSERT_TRUE(Parse(j, &c).empty());
+  EXPECT_FALSE(c.domains.at("ranker").build.base_images.has_value());  // absent: the default
+  j["domains"]["ranker"]["build"]["base_images"] = {"kiln/*", "base/go-builder:1.*"};
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  ASSERT_TRUE(c.domains.at("ranker").build.base_images.has_value());
+  EXPECT_EQ(*c.domains.at("ranker").build.base_images,
+            (std::vector<std::string>{"kiln/*", "base/go-builder:1.*"}));
+  j["domains"]["ranker"]["build"]["base_images"] = json::array();
+  ASSERT_TRUE(Parse(j, &c).empty());
+  EXPECT_TRUE(c.domains.at("ranker").build.base_images->empty());  // own repository only
+  j["domains"]["ranker"]["build"]["base_images"] = {"kiln/*", "127.0.0.1:5000/kiln/x"};
+  ExpectOnly(j, "domains.ranker.build.base_images[1]");
+  j["domains"]["ranker"]["build"]["base_images"] = {"Kiln/X"};
+  ExpectOnly(j, "domains.ranker.build.base_images[0]");
+  j["domains"]["ranker"]["build"]["base_images"] = "kiln/*";
+  ExpectOnly(j, "domains.ranker.build.base_images");
+  j["domains"]["ranker"]["build"]["base_images"] = {7};
+  ExpectOnly(j, "domains.ranker.build.base_images[0]");
+}
+
+TEST_F(ConfigParserTest, CheckConfigReportsOverlappingRepositories) {
+  json j = Valid();
+  j["domains"]["ranker"]["image"]["repository"] = "loop/epp/ranker";
+  const std::string path = dir_ + "/kiln.json";
+  WriteFile(path, j.dump());
+  std::ostringstream out, err;
+  EXPECT_EQ(CheckConfigCommandWithFacts(path, SafeHost(), out, err), 1);
+  EXPECT_NE(err.str().find("domains.ranker.image.repository: 'loop/epp/ranker' lies under domain "
+                           "epp's image repository"),
+            std::string::npos)
+      << err.str();
+  j = Valid();
+  j["domains"]["ranker"]["build"]["base_images"] = {"loop/*"};
+  WriteFile(path, j.dump());
+  std::ostringstream out2, err2;
+  EXPECT_EQ(CheckConfigCommandWithFacts(path, SafeHost(), out2, err2), 1);
+  EXPECT_NE(err2.str().find("domains.ranker.build.base_images[0]: 'loop/*' matches domain epp's"),
+            std::string::npos)
+      << err2.str();
+}
+// --- end issue 15 ---
+
 }  // namespace
 }  // namespace kiln

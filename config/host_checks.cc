@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -86,7 +87,56 @@ HostFacts ProbeHost() {
     *mode = st.st_mode;
     return true;
   };
+  f.list_dir = ListRegularFiles;
   return f;
+}
+
+std::vector<std::string> ListRegularFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::end(it); it.increment(ec)) {
+    std::error_code sec;
+    if (it->is_regular_file(sec)) names.push_back(it->path().filename().string());
+  }
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> SecretFiles(const Config& config,
+                                                             const HostFacts& facts) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& key, const std::string& file) {
+    if (seen.insert(file).second) out.emplace_back(key, file);
+  };
+  auto beside = [&](const std::string& key, const std::string& file) {
+    if (!facts.list_dir) return;
+    std::string dir = std::filesystem::path(file).parent_path().string();
+    if (dir.empty() || dir == "/") return;
+    for (const std::string& n : facts.list_dir(dir)) {
+      auto ends = [&](const std::string& suf) {
+        return n.size() >= suf.size() && n.compare(n.size() - suf.size(), suf.size(), suf) == 0;
+      };
+      if (ends(".key") || ends("key.pem") || ends(".p12") || ends(".pfx") || n == "token")
+        add(key + " (key file beside it)", dir + "/" + n);
+    }
+  };
+  for (const auto& [name, r] : config.registries) {
+    const std::string key = "registries." + name;
+    if (r.auth_file) add(key + ".auth_file", *r.auth_file);
+  }
+  for (const auto& [name, d] : config.domains)
+    if (d.deploy.kubernetes && d.deploy.kubernetes->kubeconfig)
+      add("domains." + name + ".deploy.kubernetes.kubeconfig", *d.deploy.kubernetes->kubeconfig);
+  for (const auto& [name, r] : config.registries) {
+    const std::string key = "registries." + name;
+    if (r.auth_file) beside(key + ".auth_file", *r.auth_file);
+    if (r.ca_file) beside(key + ".ca_file", *r.ca_file);
+  }
+  for (const auto& [name, d] : config.domains)
+    if (d.deploy.kubernetes && d.deploy.kubernetes->kubeconfig)
+      beside("domains." + name + ".deploy.kubernetes.kubeconfig", *d.deploy.kubernetes->kubeconfig);
+  return out;
 }
 
 void CheckBuildHost(const Config& config, const HostFacts& facts,
@@ -139,19 +189,18 @@ void CheckBuildHost(const Config& config, const HostFacts& facts,
     problems->push_back({"host.user_namespaces",
                          "unprivileged user namespaces are disabled "
                          "(sysctl kernel.unprivileged_userns_clone must be 1)"});
-  for (const auto& [name, r] : config.registries) {
-    if (!r.auth_file || !facts.stat_path) continue;
+  // issue 15: every secret file kiln reads (and hides from builds), not just auth files.
+  for (const auto& [path, file] : SecretFiles(config, facts)) {
+    if (!facts.stat_path) break;
     uid_t owner = 0;
     mode_t mode = 0;
-    if (!facts.stat_path(*r.auth_file, &owner, &mode)) continue;  // the parser reports it
-    const std::string path = "registries." + name + ".auth_file";
+    if (!facts.stat_path(file, &owner, &mode)) continue;  // the parser reports missing ones
     if (mode & 077)
-      problems->push_back({path, "'" + *r.auth_file + "' has mode " + Octal(mode) +
+      problems->push_back({path, "'" + file + "' has mode " + Octal(mode) +
                                      ": other users could read kiln's credential (chmod 600)"});
     if (owner != facts.kiln_uid)
-      problems->push_back({path, "'" + *r.auth_file + "' is owned by uid " +
-                                     std::to_string(owner) + ", not kiln's uid " +
-                                     std::to_string(facts.kiln_uid)});
+      problems->push_back({path, "'" + file + "' is owned by uid " + std::to_string(owner) +
+                                     ", not kiln's uid " + std::to_string(facts.kiln_uid)});
   }
   if (!config.server.state_dir.empty() && facts.stat_path) {
     uid_t owner = 0;

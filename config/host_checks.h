@@ -2,7 +2,8 @@
 // containerfile builds can run unprivileged and apart from kiln? Refuses (problems): a missing
 // build user, a build user that is root or kiln's own uid, no /etc/subuid or /etc/subgid range
 // of at least 65536 ids for it, user namespaces disabled, newuidmap/newgidmap missing or not
-// setuid, a registry auth_file that other users can read or that kiln's uid does not own.
+// setuid, a secret file (registry auth_file, kubeconfig, key files beside them or a ca_file)
+// that other users can read or that kiln's uid does not own.
 // Warns: a state directory that other users can enter (kiln tightens it to 0700 at start).
 //
 // Pure functions over a HostFacts snapshot (ProbeHost() reads the real machine), so the rules
@@ -14,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -34,7 +36,21 @@ struct HostFacts {
   uid_t kiln_uid = 0;  // the uid kiln runs as
   /// stat() of a path (follows symlinks); false when it does not exist.
   std::function<bool(const std::string& path, uid_t* owner, mode_t* mode)> stat_path;
+  // --- issue 15: secret files beside a credential ---
+  /// The names of the regular files in a directory (empty when unreadable); may be null.
+  std::function<std::vector<std::string>(const std::string& dir)> list_dir;
+  // --- end issue 15 ---
 };
+
+/// issue 15: the secret files `kiln check-config` checks the permissions of (and the builder
+/// hides from builds), as config key -> file: every registry auth_file, every kubeconfig, and
+/// the key files beside them and beside every ca_file (`*.key`, `*key.pem`, `*.p12`, `*.pfx`,
+/// `token`; listed with facts.list_dir).
+std::vector<std::pair<std::string, std::string>> SecretFiles(const Config& config,
+                                                             const HostFacts& facts);
+
+/// The names of the regular files in `dir` (what ProbeHost's list_dir does).
+std::vector<std::string> ListRegularFiles(const std::string& dir);
 
 /// Reads the facts of this machine. Never fails (missing files read as empty/absent).
 HostFacts ProbeHost();

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <map>
+#include <set>
 
 namespace kiln {
 namespace {
@@ -129,6 +130,47 @@ TEST(HostChecks, CredentialAndStateDirPermissions) {
   out = Check(OneDomain("containerfile"), h.Facts());
   EXPECT_NE(out.find("owned by uid 1000"), std::string::npos) << out;
 }
+
+// --- issue 15: every secret file, not just auth files ---
+TEST(HostChecks, KubeconfigAndKeyFilesBesideCredentialsArePermissionChecked) {
+  FakeHost h;
+  Config c = OneDomain("containerfile");
+  c.registries["local"].ca_file = "/etc/kiln/tls/ca.crt";
+  DomainConfig d;
+  d.name = "epp";
+  d.deploy.type = "kubernetes";
+  d.deploy.kubernetes.emplace();
+  d.deploy.kubernetes->kubeconfig = "/etc/kube/config";
+  c.domains["epp"] = d;
+  h.files["/etc/kube/config"] = {0, S_IFREG | 0644};
+  h.files["/etc/kube/client.key"] = {1000, S_IFREG | 0600};
+  h.files["/etc/kiln/tls/ca.crt"] = {0, S_IFREG | 0644};  // a CA certificate is public
+  h.files["/etc/kiln/tls/tls-key.pem"] = {0, S_IFREG | 0640};
+  HostFacts f = h.Facts();
+  f.list_dir = [](const std::string& dir) {
+    if (dir == "/etc/kube") return std::vector<std::string>{"config", "client.key", "README"};
+    if (dir == "/etc/kiln/tls") return std::vector<std::string>{"ca.crt", "tls-key.pem"};
+    if (dir == "/etc/kiln") return std::vector<std::string>{"auth.json"};
+    return std::vector<std::string>{};
+  };
+  std::string out = Check(c, f);
+  EXPECT_NE(out.find("domains.epp.deploy.kubernetes.kubeconfig: '/etc/kube/config' has mode 0644"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("'/etc/kube/client.key' is owned by uid 1000"), std::string::npos) << out;
+  EXPECT_NE(out.find("registries.local.ca_file (key file beside it): '/etc/kiln/tls/tls-key.pem' "
+                     "has mode 0640"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("ca.crt"), std::string::npos) << out;
+  EXPECT_EQ(out.find("README"), std::string::npos) << out;
+  auto files = SecretFiles(c, f);
+  std::set<std::string> names;
+  for (const auto& [key, file] : files) names.insert(file);
+  EXPECT_EQ(names, (std::set<std::string>{"/etc/kiln/auth.json", "/etc/kube/config",
+                                          "/etc/kube/client.key", "/etc/kiln/tls/tls-key.pem"}));
+}
+// --- end issue 15 ---
 
 }  // namespace
 }  // namespace kiln

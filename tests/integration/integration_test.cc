@@ -792,6 +792,47 @@ TEST_F(IntegrationTest, BuildFromGitByRefAndCommit) {
   EXPECT_EQ(missing.structured.value("status", ""), "failed") << missing.structured.dump(2);
 }
 
+// Issue 15: domain beta may not build from domain alpha's image (kiln would fetch it with its
+// own credential and beta's RUN step could print it): refused before anything is fetched, and
+// alpha's content never reaches beta's build log. FROM and COPY --from alike.
+TEST_F(IntegrationTest, CrossDomainBaseImageIsRefusedBeforeAnyFetch) {
+  Start(BaseConfig(2));
+  const std::string secret = "ALPHA-PRIVATE-" + std::to_string(::getpid());
+  ExpectPushed(Build(kAlpha, "priv", BusyboxSource("alpha-priv", secret)), kAlpha, "priv");
+  const std::string host = registry().host();
+  const std::string alpha_image = host + "/it/alpha:priv";
+  const std::vector<std::string> containerfiles = {
+      "ARG KILN_REGISTRY\nFROM ${KILN_REGISTRY}/it/alpha:priv\nRUN cat /note.txt\n",
+      "ARG KILN_REGISTRY\nFROM ${KILN_REGISTRY}/kiln/busybox:1\n"
+      "COPY --from=${KILN_REGISTRY}/it/alpha:priv /note.txt /stolen.txt\nRUN cat /stolen.txt\n"};
+  for (size_t i = 0; i < containerfiles.size(); ++i) {
+    const std::string cand = "steal" + std::to_string(i);
+    fs::path dst = src_root_ / cand;
+    WriteFile(dst / "Containerfile", containerfiles[i]);
+    ToolResult r = Build(kBeta, cand, dst.string());
+    const json& s = r.structured;
+    EXPECT_TRUE(r.is_error) << s.dump(2);
+    EXPECT_EQ(s.value("status", ""), "failed") << s.dump(2);
+    EXPECT_TRUE(s["image"].is_null());
+    std::string err = s.value("error", "");
+    EXPECT_TRUE(Contains(err, "base image '" + alpha_image +
+                                  "' is not allowed for domain beta: it is domain alpha's image "
+                                  "repository"))
+        << err;
+    std::string log = FullLog(kBeta, LatestBuildId(kBeta, cand));
+    EXPECT_FALSE(Contains(log, secret)) << log;
+    EXPECT_FALSE(Contains(s.dump(), secret)) << s.dump(2);
+    // Nothing was fetched: no skopeo run (it logs "fetching base image"), no layout, no marker.
+    EXPECT_FALSE(Contains(log, "fetching base image")) << log;
+    fs::path storage = StorageDir(kBeta, cand);
+    std::error_code ec;
+    EXPECT_TRUE(fs::is_empty(storage / "rootless" / "bases", ec) || ec) << storage;
+    EXPECT_FALSE(fs::exists(storage / "kiln-bases.json")) << storage;
+  }
+  // beta's own builds from the shared base images still work.
+  ExpectPushed(Build(kBeta, "own", BusyboxSource("beta-own", "beta's note")), kBeta, "own");
+}
+
 }  // namespace
 }  // namespace kiln::integration
 
