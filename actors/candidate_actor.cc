@@ -355,7 +355,12 @@ void Execute(Self* self, const BuildId& id) {
       Status st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
       if (lock_fd >= 0) ::close(lock_fd);
       if (!st.ok()) {
-        d.status = Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
+        // A tree over the push limits (issue 15) is the agent's to fix: keep it a limit error.
+        d.status = st.code() == Status::Code::kResourceExhausted
+                       ? Status::ResourceExhausted("checkout of " + commit.substr(0, 12) +
+                                                   " refused: " + st.message())
+                       : Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " +
+                                          st.message());
         caf::anon_send(me, d);
         return;
       }
