@@ -360,10 +360,14 @@ void Execute(Self* self, const BuildId& id) {
       if (lock_fd >= 0) ::close(lock_fd);
       if (!st.ok()) {
         d.phase = "checkout";
-        // A tree over the domain's limits is the agent's to fix; anything else is kiln's.
-        d.compile_failed = st.code() == Status::Code::kFailedPrecondition;
-        d.status = d.compile_failed ? st
-                                    : Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
+        // A tree over the domain's push limits (workspace/tree_limits.h) is the agent's to fix;
+        // anything else (a full disk included) is kiln's.
+        const bool limit = st.code() == Status::Code::kResourceExhausted &&
+                           st.message().find("no space left") == std::string::npos;
+        d.compile_failed = limit;
+        if (limit) d.failure_kind = "tree_too_large";
+        d.status = limit ? Status::ResourceExhausted("checkout of " + commit.substr(0, 12) + " refused: " + st.message())
+                         : Status::Internal("checkout of " + commit.substr(0, 12) + " failed: " + st.message());
         caf::anon_send(me, d);
         return;
       }

@@ -188,6 +188,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
       std::unique_ptr<GitRepo> repo;
       Status st = GitRepo::Open(env->domain_dir + "/repo.git", &repo);
       if (!st.ok()) return Status::FailedPrecondition("domain " + name + ": " + st.message());
+      repo->set_tree_limits(TreeLimitsFromConfig(d.push));  // issue 15: checkouts stay bounded
       env->repo = std::move(repo);
     }
     impl->domains[name] = SpawnDomain(*impl->sys, env, impl->scheduler);

@@ -18,6 +18,7 @@
 #include "common/sha256.h"
 #include "config/config_parser.h"
 #include "app/apply_command.h"
+#include "app/git_hook_command.h"
 #include "app/serve_command.h"
 #include "app/state_check_command.h"
 #include "builder/layered_builder.h"
@@ -195,6 +196,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "hash-token") return HashToken();
+  // Internal (not in the help): run by the pre-receive hook kiln installs (issue 15).
+  if (cmd == "git-hook")
+    return kiln::GitHookCommand(std::vector<std::string>(argv + 2, argv + argc), std::cin,
+                                std::cerr);
   if (cmd == "state-check") {
     // --builds is the one flag without a value.
     std::vector<char*> rest{argv[0], argv[1]};

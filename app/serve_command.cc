@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "actors/runtime.h"
+#include "app/git_hook_command.h"
 #include "common/log.h"
 #include "config/config_parser.h"
 #include "transport/git_http.h"
@@ -58,6 +59,7 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   // The git endpoint outlives the server's Stop (declared first); the runtime outlives both.
   GitHttpHandler::Options gopts;
   gopts.state_dir = config->server.state_dir;
+  gopts.hook_exe = SelfExecutable();  // issue 15: the hook runs `kiln git-hook pre-receive`
   Runtime* raw = rt.get();
   gopts.busy_branches = [raw](const std::string& domain) { return raw->BusyBranches(domain); };
   gopts.pushed = [raw](const std::string& domain) { raw->Pushed(domain); };

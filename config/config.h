@@ -102,6 +102,19 @@ struct DeployConfig {
   std::optional<LocalDeploy> local;
 };
 
+// --- Issue 15: bounded pushes and checkouts (git bomb) -------------------------------------
+/// What one push may write and what a checked-out tree may expand to. `Config::push` is the
+/// global default (top-level "push"); each domain starts from it and may override any key
+/// (`domains.<d>.push`). Enforced by the pre-receive hook and again before every checkout
+/// (workspace/tree_limits.h).
+struct PushLimitsConfig {
+  int64_t max_tree_bytes = int64_t{512} << 20;  // 1 KiB..1 TiB: sum of file sizes when checked out
+  int64_t max_files = 100000;                   // 1..10000000 files and directories in a tree
+  int64_t max_file_bytes = int64_t{64} << 20;   // 1 KiB..64 GiB: largest single file
+  int64_t max_refs_per_push = 64;               // 1..10000 ref updates in one push
+};
+// --- end issue 15 ------------------------------------------------------------------------
+
 struct DomainConfig {
   std::string name;
   std::vector<std::string> token_sha256;            // lowercase hex
@@ -111,6 +124,7 @@ struct DomainConfig {
   BuildConfig build;
   ImageConfig image;
   DeployConfig deploy;
+  PushLimitsConfig push;  // issue 15: starts as Config::push, overridden by domains.<d>.push
 };
 
 struct Config {
@@ -120,6 +134,7 @@ struct Config {
   std::map<std::string, RegistryConfig> registries;
   std::vector<std::string> operator_token_sha256;
   std::map<std::string, DomainConfig> domains;
+  PushLimitsConfig push;  // issue 15: the default of every domain's push limits
 };
 
 }  // namespace kiln

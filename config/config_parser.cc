@@ -282,6 +282,7 @@ class ConfigReader {
   void ReadScheduler(const json& obj, SchedulerConfig* out);
   void ReadRegistries(const json& obj, std::map<std::string, RegistryConfig>* out);
   void ReadDomain(const std::string& name, const json& obj, DomainConfig* out);
+  void ReadPushLimits(const json& obj, const std::string& path, PushLimitsConfig* out);  // issue 15
   void ReadToolAliases(const json& obj, const std::string& path, DomainConfig* out);
   void ReadBuild(const json& obj, const std::string& path, BuildConfig* out);
   void ReadContainerfile(const json& obj, const std::string& path, ContainerfileBuild* out);
@@ -459,7 +460,8 @@ void ConfigReader::Read(const json& root, Config* out) {
     return;
   }
   CheckKeys(root, "",
-            {"log_level", "server", "scheduler", "registries", "operator_token_sha256", "domains"});
+            {"log_level", "server", "scheduler", "registries", "operator_token_sha256", "domains",
+             "push"});
   std::string level;
   if (ReadString(root, "log_level", "", false, &level)) {
     bool known = false;
@@ -475,11 +477,14 @@ void ConfigReader::Read(const json& root, Config* out) {
   if (const json* s = Section(root, "registries", "", true)) ReadRegistries(*s, &out->registries);
   if (ReadStringList(root, "operator_token_sha256", "", false, &out->operator_token_sha256))
     CheckTokenList(out->operator_token_sha256, "operator_token_sha256");
+  // Issue 15: the global push limits, read before the domains that start from them.
+  if (const json* s = Section(root, "push", "", false)) ReadPushLimits(*s, "push", &out->push);
   if (const json* s = Section(root, "domains", "", true)) {
     if (s->empty()) Problem("domains", "at least one domain is required");
     for (auto it = s->begin(); it != s->end(); ++it) {
       DomainConfig& d = out->domains[it.key()];
       d.name = it.key();
+      d.push = out->push;
       ReadDomain(it.key(), *it, &d);
     }
   }
@@ -564,7 +569,8 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
     return;
   }
   CheckKeys(obj, path,
-            {"token_sha256", "weight", "max_candidates", "tool_aliases", "build", "image", "deploy"});
+            {"token_sha256", "weight", "max_candidates", "tool_aliases", "build", "image", "deploy",
+             "push"});
   if (ReadStringList(obj, "token_sha256", path, true, &out->token_sha256)) {
     if (out->token_sha256.empty())
       Problem(Join(path, "token_sha256"), "at least one token hash is required");
@@ -579,7 +585,20 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
     ReadImage(*s, Join(path, "image"), &out->image);
   if (const json* s = Section(obj, "deploy", path, false))
     ReadDeploy(*s, Join(path, "deploy"), &out->deploy);
+  if (const json* s = Section(obj, "push", path, false))
+    ReadPushLimits(*s, Join(path, "push"), &out->push);
 }
+
+// --- Issue 15: push limits ---------------------------------------------------------------
+void ConfigReader::ReadPushLimits(const json& obj, const std::string& path,
+                                  PushLimitsConfig* out) {
+  CheckKeys(obj, path, {"max_tree_bytes", "max_files", "max_file_bytes", "max_refs_per_push"});
+  ReadInt(obj, "max_tree_bytes", path, int64_t{1} << 10, int64_t{1} << 40, &out->max_tree_bytes);
+  ReadInt(obj, "max_files", path, 1, 10000000, &out->max_files);
+  ReadInt(obj, "max_file_bytes", path, int64_t{1} << 10, int64_t{64} << 30, &out->max_file_bytes);
+  ReadInt(obj, "max_refs_per_push", path, 1, 10000, &out->max_refs_per_push);
+}
+// --- end issue 15 ------------------------------------------------------------------------
 
 void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, DomainConfig* out) {
   if (!ReadStringMap(obj, "tool_aliases", path, &out->tool_aliases)) return;

@@ -937,6 +937,50 @@ TEST_F(ConfigParserTest, CheckConfigReportsOverlappingRepositories) {
       << err2.str();
 }
 // --- end issue 15 ---
+// --- Issue 15: push limits ---------------------------------------------------------------
+TEST_F(ConfigParserTest, PushLimitsHaveDefaultsAGlobalValueAndPerDomainOverrides) {
+  json j = Valid();
+  Config c;
+  ASSERT_TRUE(Parse(j, &c).empty());
+  EXPECT_EQ(c.push.max_tree_bytes, int64_t{512} << 20);
+  EXPECT_EQ(c.push.max_files, 100000);
+  EXPECT_EQ(c.push.max_file_bytes, int64_t{64} << 20);
+  EXPECT_EQ(c.push.max_refs_per_push, 64);
+  EXPECT_EQ(c.domains.at("epp").push.max_files, 100000);
+
+  j["push"] = {{"max_tree_bytes", 1 << 30}, {"max_refs_per_push", 8}};
+  j["domains"]["epp"]["push"] = {{"max_files", 500}, {"max_file_bytes", 4096}};
+  Config c2;
+  auto problems = Parse(j, &c2);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  const PushLimitsConfig& epp = c2.domains.at("epp").push;
+  EXPECT_EQ(epp.max_tree_bytes, 1 << 30);  // global
+  EXPECT_EQ(epp.max_refs_per_push, 8);     // global
+  EXPECT_EQ(epp.max_files, 500);           // own
+  EXPECT_EQ(epp.max_file_bytes, 4096);     // own
+  const PushLimitsConfig& ranker = c2.domains.at("ranker").push;
+  EXPECT_EQ(ranker.max_tree_bytes, 1 << 30);
+  EXPECT_EQ(ranker.max_files, 100000);
+}
+
+TEST_F(ConfigParserTest, PushLimitsAreValidated) {
+  json j = Valid();
+  j["push"] = {{"max_files", 0}};
+  ExpectOnly(j, "push.max_files");
+  j = Valid();
+  j["push"] = {{"max_tree_bytes", "big"}};
+  ExpectOnly(j, "push.max_tree_bytes");
+  j = Valid();
+  j["domains"]["epp"]["push"] = {{"max_refs_per_push", 100000}};
+  ExpectOnly(j, "domains.epp.push.max_refs_per_push");
+  j = Valid();
+  j["domains"]["epp"]["push"] = {{"max_file_bytes", 10}};
+  ExpectOnly(j, "domains.epp.push.max_file_bytes");
+  j = Valid();
+  j["domains"]["epp"]["push"] = {{"max_bytes", 10}};
+  EXPECT_FALSE(Parse(j).empty());
+}
+// --- end issue 15 ------------------------------------------------------------------------
 
 }  // namespace
 }  // namespace kiln

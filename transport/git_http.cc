@@ -289,8 +289,8 @@ CgiHeaderParser::State CgiHeaderParser::ParseHeaderBlock(const std::string& bloc
   return State::kDone;
 }
 
-std::string PreReceiveHookScript() {
-  return R"SH(#!/bin/sh
+std::string PreReceiveHookScript(const std::string& kiln_exe, const TreeLimits& limits) {
+  std::string script = R"SH(#!/bin/sh
 # pre-receive hook generated and owned by kiln: rewritten whenever it differs. Do not edit.
 # Accepts only refs/heads/<branch> with a valid branch name; refuses deleting a branch whose
 # build is running (listed in kiln-busy-branches). Each refusal goes to the pushing client.
@@ -325,8 +325,10 @@ is_busy() {
   return 1
 }
 
+input=$(cat)
 status=0
 while read -r old new ref; do
+  [ -n "$ref" ] || continue
   case "$ref" in
     refs/heads/*) ;;
     *)
@@ -350,9 +352,24 @@ while read -r old new ref; do
       fi
       ;;
   esac
-done
-exit $status
+done <<EOF
+$input
+EOF
+[ $status -eq 0 ] || exit $status
 )SH";
+  if (!kiln_exe.empty()) {
+    // Issue 15: refs per push and every pushed tree's checked-out size, checked by kiln.
+    std::string quoted = "'";
+    for (char c : kiln_exe) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    quoted += "'";
+    script += "printf '%s\\n' \"$input\" | " + quoted + " git-hook pre-receive";
+    script += " --max-tree-bytes=" + std::to_string(limits.max_tree_bytes);
+    script += " --max-files=" + std::to_string(limits.max_files);
+    script += " --max-file-bytes=" + std::to_string(limits.max_file_bytes);
+    script += " --max-refs-per-push=" + std::to_string(limits.max_refs_per_push);
+    script += " || exit 1\n";
+  }
+  return script + "exit 0\n";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -364,6 +381,7 @@ struct GitHttpHandler::DomainState {
   std::string repo_dir;      // <project_root>/repo.git
   std::string lock_path;     // <project_root>/repo.lock
   std::string busy_path;     // <repo_dir>/kiln-busy-branches
+  TreeLimits push_limits;    // issue 15: domains.<name>.push
 
   std::mutex prepare_mu;          // serializes PrepareDomain
   std::unique_ptr<GitRepo> repo;  // guarded by prepare_mu; set once
@@ -382,9 +400,10 @@ GitHttpHandler::GitHttpHandler(const Config& config, Options options)
                      ? std::string()
                      : fs::absolute(options_.state_dir).lexically_normal().string()),
       auth_(config, /*check_host=*/false) {
-  for (const auto& [name, unused] : config.domains) {
+  for (const auto& [name, dc] : config.domains) {
     auto d = std::make_unique<DomainState>();
     d->name = name;
+    d->push_limits = TreeLimitsFromConfig(dc.push);
     d->project_root = state_dir_ + "/domains/" + name;
     d->repo_dir = d->project_root + "/repo.git";
     d->lock_path = d->project_root + "/repo.lock";
@@ -492,7 +511,7 @@ Status GitHttpHandler::PrepareDomain(const std::string& domain) {
   }
   // Checked once per process; rewritten when it differs (a new kiln version, or an edit).
   std::string hook = d->repo_dir + "/hooks/pre-receive";
-  const std::string script = PreReceiveHookScript();
+  const std::string script = PreReceiveHookScript(options_.hook_exe, d->push_limits);
   struct stat st;
   if (ReadWholeFile(hook) != script || ::stat(hook.c_str(), &st) != 0 || !(st.st_mode & S_IXUSR)) {
     fs::create_directories(d->repo_dir + "/hooks", ec);

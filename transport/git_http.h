@@ -59,6 +59,7 @@
 #include "config/config.h"
 #include "transport/auth.h"
 #include "transport/http_server.h"
+#include "workspace/tree_limits.h"
 
 namespace kiln {
 
@@ -129,7 +130,11 @@ class CgiHeaderParser {
 };
 
 /// The pre-receive hook kiln installs (POSIX sh; reads "<old> <new> <ref>" lines). Pure.
-std::string PreReceiveHookScript();
+/// With `kiln_exe` (absolute), once every ref passed the name checks the hook also runs
+/// `<kiln_exe> git-hook pre-receive <limits>` on the same input (issue 15: refs per push and
+/// the expanded size of every pushed tree, app/git_hook_command.h); empty: names only.
+std::string PreReceiveHookScript(const std::string& kiln_exe = std::string(),
+                                 const TreeLimits& limits = TreeLimits());
 
 class GitHttpHandler {
  public:
@@ -148,6 +153,10 @@ class GitHttpHandler {
     /// When set, told (from a worker thread; must be thread-safe) after every push that git
     /// accepted (receive-pack exited 0), once the refs are updated.
     std::function<void(const std::string& domain)> pushed;
+    /// Issue 15: absolute path of the kiln binary the pre-receive hook runs for the push
+    /// limits (domains.<d>.push); `kiln serve` sets its own (/proc/self/exe). Empty: the hook
+    /// checks names only (checkouts still enforce the tree limits).
+    std::string hook_exe;
   };
 
   GitHttpHandler(const Config& config, Options options);

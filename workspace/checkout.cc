@@ -200,6 +200,14 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
     return Status::NotFound("no commit or tree " + commit_or_tree + " in domain repository");
   std::string tree = r.out.substr(0, r.out.find('\n'));
 
+  // Issue 15: a tree that expands beyond the limits (a "git bomb" pushed before the limits held,
+  // or inserted by other means) is refused before anything in the workspace is touched.
+  GitObjectSource objects(
+      [&repo](GitCommand cmd, GitResult* res) { return repo.RunGit(std::move(cmd), res); });
+  s = TreeLimitChecker(repo.tree_limits(), &objects)
+          .Check(tree, "tree of " + commit_or_tree.substr(0, 12), nullptr);
+  if (!s.ok()) return s;
+
   FileLock lock;
   s = lock.Acquire(l.lock);
   if (!s.ok()) return s;

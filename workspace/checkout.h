@@ -42,8 +42,11 @@ class Checkout {
   /// Makes `workspace_dir` (absolute; created if missing) exactly equal to the tree of
   /// `commit_or_tree` (a full 40- or 64-hex commit or tree id in `repo`): changed files written,
   /// deleted files removed, untracked and ignored files removed. `stats` may be null.
+  /// Before writing anything, the tree is held to repo.tree_limits() (workspace/tree_limits.h)
+  /// without expanding it.
   /// Returns InvalidArgument for a malformed id or relative path, NotFound when the id is not a
-  /// commit or tree in `repo`, Internal when git or the file system fails (the workspace is then
+  /// commit or tree in `repo`, ResourceExhausted (message naming the limit and its config key;
+  /// nothing written) when the tree exceeds a limit, Internal when git or the file system fails (the workspace is then
   /// in an unspecified state; the next Update recovers with a full reset).
   static Status Update(const GitRepo& repo, const std::string& commit_or_tree,
                        const std::string& workspace_dir, CheckoutStats* stats);

@@ -333,5 +333,71 @@ TEST_F(CheckoutTest, TimingOneFileChangeIn200Files) {
   EXPECT_LT(ms, 2000);
 }
 
+// --- Issue 15: a tree over the limits is refused before anything is written -----------------
+
+// Inserts a commit whose tree names one 20 MB blob (zeros, piped: stored compressed) 150 times
+// straight into the bare repository, as a push from before the limits existed would have.
+std::string InsertBombCommit(const GitRepo& repo) {
+  auto git = [&](std::vector<std::string> args, const std::string& in) {
+    GitCommand cmd;
+    cmd.args = std::move(args);
+    cmd.stdin_data = in;
+    GitResult r;
+    Status s = repo.RunGit(cmd, &r);
+    EXPECT_TRUE(s.ok() && r.exit_code == 0) << s.ToString() << r.err;
+    return r.out.substr(0, r.out.find('\n'));
+  };
+  std::string blob = git({"hash-object", "-w", "--stdin"}, std::string(20000000, '\0'));
+  std::string entries;
+  for (int i = 0; i < 150; ++i)
+    entries += "100644 blob " + blob + "\tcopy" + std::to_string(i) + "\n";
+  std::string tree = git({"mktree"}, entries);
+  return git(
+      {"-c", "user.name=a", "-c", "user.email=a@kiln.invalid", "commit-tree", tree, "-m", "bomb"},
+      "");
+}
+
+TEST_F(CheckoutTest, BombCommitIsRefusedWithoutWritingAFile) {
+  std::string bomb = InsertBombCommit(*repo_);
+  Status s = Checkout::Update(*repo_, bomb, ws_, nullptr);
+  ASSERT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(s.message(),
+            "tree of " + bomb.substr(0, 12) +
+                " is 3.0 GB when checked out; the limit is 512 MiB "
+                "(push.max_tree_bytes); remove large or repeated files and push again");
+  EXPECT_TRUE(ListTree(ws_).empty());
+  EXPECT_FALSE(fs::exists(Checkout::IndexPath(ws_)));
+  std::string id;
+  EXPECT_EQ(Checkout::CheckedOut(ws_, &id).code(), Status::Code::kNotFound);
+}
+
+TEST_F(CheckoutTest, RefusedTreeLeavesThePreviousCheckoutInPlace) {
+  clone_->Write("main.go", "package main\n");
+  std::string c1 = Commit("one");
+  Update(c1);
+  std::vector<std::string> before = ListTree(ws_);
+  StatStamp main_go = Stamp(ws_ + "/main.go");
+
+  TreeLimits limits;
+  limits.max_files = 2;
+  repo_->set_tree_limits(limits);
+  clone_->Write("a.go", "a\n");
+  clone_->Write("b.go", "b\n");
+  std::string c2 = Commit("three files");
+  Status s = Checkout::Update(*repo_, c2, ws_, nullptr);
+  ASSERT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("(push.max_files)"), std::string::npos) << s.message();
+  EXPECT_EQ(ListTree(ws_), before);
+  EXPECT_TRUE(SameStamp(Stamp(ws_ + "/main.go"), main_go));
+  std::string id;
+  ASSERT_TRUE(Checkout::CheckedOut(ws_, &id).ok());
+  EXPECT_EQ(id, c1);
+
+  limits.max_files = 3;  // inclusive: exactly at the limit is fine
+  repo_->set_tree_limits(limits);
+  Update(c2);
+  EXPECT_EQ(ReadFile(ws_ + "/b.go"), "b\n");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "workspace/git_runner.h"
+#include "workspace/tree_limits.h"
 
 namespace kiln {
 
@@ -63,6 +64,11 @@ class GitRepo {
   /// The repository's absolute path.
   const std::string& path() const { return path_; }
 
+  /// Limits every checkout of this repository's trees is held to (workspace/checkout.h;
+  /// defaults: TreeLimits()). Set it before sharing the repository between threads.
+  void set_tree_limits(const TreeLimits& limits) { tree_limits_ = limits; }
+  const TreeLimits& tree_limits() const { return tree_limits_; }
+
  private:
   GitRepo(std::string path, GitRunner* runner) : path_(std::move(path)), runner_(runner) {}
   static Status Create(const std::string& path, GitRunner* runner);
@@ -75,6 +81,7 @@ class GitRepo {
 
   const std::string path_;
   GitRunner* const runner_;
+  TreeLimits tree_limits_;
 };
 
 }  // namespace kiln
