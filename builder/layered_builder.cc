@@ -4,6 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+
+#include <sys/stat.h>
+#include <unistd.h>
 #include <future>
 #include <vector>
 
@@ -23,6 +26,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+// Gives `dir` and everything below it to uid:gid without following symlinks; entries already
+// owned are only stat'ed, so after the first build this is one lstat per entry. Runs while no
+// process of the build user can reach the tree (before the sandbox starts).
+Status OwnTree(const std::string& dir, uid_t uid, gid_t gid) {
+  auto own = [&](const char* p) {
+    struct stat st;
+    if (::lstat(p, &st) != 0) return false;
+    return (st.st_uid == uid && st.st_gid == gid) || ::lchown(p, uid, gid) == 0;
+  };
+  if (!own(dir.c_str())) return Status::Internal("cannot give " + dir + " to the build user");
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (!own(it->path().c_str()))
+      return Status::Internal("cannot give " + it->path().string() + " to the build user");
+  }
+  if (ec) return Status::Internal("cannot walk " + dir + ": " + ec.message());
+  return Status::Ok();
 }
 }  // namespace
 
@@ -159,7 +182,33 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     sb.caches[var] = dir;
   }
   sb.network = job.build.containerfile.network;
-  Status st = ValidateSandboxSpec(sb);
+  // Issue 15: limits always; as root, the command runs as the unprivileged build user, which
+  // owns the workspace and the caches it writes.
+  sb.limits.max_processes = job.build.limits.max_processes;
+  sb.limits.max_memory_bytes = job.build.limits.max_memory_mb << 20;
+  sb.limits.max_file_bytes = job.build.max_file_mb << 20;
+  Status st;
+  if (::geteuid() == 0) {
+    SandboxUser user;
+    st = LookupSandboxUser(job.build.user, &user);
+    if (st.ok()) {
+      sb.user = user;
+      fs::create_directories(sb.stage_dir, ec);
+      ::chmod(sb.stage_dir.c_str(), 0755);
+      st = OwnTree(job.source_dir, user.uid, user.gid);
+    }
+    for (const auto& [var, dir] : sb.caches) {
+      if (st.ok()) st = OwnTree(dir, user.uid, user.gid);
+    }
+    if (!st.ok()) {
+      park_base();
+      res.status = st.code() == Status::Code::kUnavailable
+                       ? st
+                       : Status::Internal("cannot prepare the build sandbox: " + st.message());
+      return res;
+    }
+  }
+  st = ValidateSandboxSpec(sb);
   if (!st.ok()) {
     park_base();
     res.status = st;
