@@ -242,14 +242,16 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     res.elapsed_ms = MsSince(t0);
     return res;
   }
-  // 2. The outputs as one layer: tar + diff_id in one read of the files; the compressed blob
-  // comes from the outputs cache when these exact outputs were packed before.
+  // 2. The outputs as one layer, streamed (Issue 15: never whole in memory): a first pass
+  // hashes the tar (diff_id); the outputs cache serves the compressed blob when these exact
+  // outputs were packed before; otherwise a second pass streams tar -> parallel gzip -> sha256
+  // into the cache entry's file (or a temporary file), checking the tar did not change.
   auto prep = std::make_shared<Prepared>();
   const auto t1 = Clock::now();
   std::vector<LayerEntry> entries;
   for (const auto& o : lb.outputs) entries.push_back({o.from, o.to});
-  LayerTar tar;
-  st = PackLayerTar(job.source_dir, entries, &tar);
+  std::string diff_id;
+  st = StreamLayerTar(job.source_dir, entries, nullptr, &diff_id);
   if (!st.ok()) {
     park_base();
     res.status = Status::FailedPrecondition("outputs: " + st.message());
@@ -259,19 +261,33 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   const int64_t tar_ms = MsSince(t1);
   const auto t2 = Clock::now();
   OutputsCache* cache = Cache(job.cache_dir);
-  const bool hit = cache && cache->Lookup(tar.diff_id, &prep->layer);
+  const bool hit = cache && cache->LookupFile(diff_id, &prep->layer);
   if (!hit) {
     CompressOptions copts;
     copts.level = opts_.gzip_level;
     copts.threads = opts_.compress_threads;
-    st = CompressLayer(tar.data, tar.diff_id, copts, &prep->layer);
+    BlobProducer produce = [&](ByteSink* sink, std::string* digest, uint64_t* size) {
+      GzipLayerWriter gz(copts, sink);
+      std::string again;
+      Status s = StreamLayerTar(job.source_dir, entries, &gz, &again);
+      if (s.ok()) s = gz.Finish(digest, size);
+      if (s.ok() && again != diff_id)
+        s = Status::FailedPrecondition("outputs: changed while packing");
+      return s;
+    };
+    if (cache) {
+      st = cache->StoreStream(diff_id, produce, &prep->layer);
+    } else {
+      std::string dir = job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
+      fs::create_directories(dir, ec);
+      st = WriteTempBlob(dir, diff_id, produce, &prep->layer);
+    }
     if (!st.ok()) {
       park_base();
       res.status = st;
       return res;
     }
   }
-  std::string().swap(tar.data);
   const int64_t gzip_ms = MsSince(t2);
   // 3. Config and manifest on the base.
   base_future.get();
@@ -300,11 +316,6 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
         (hit ? ", from the outputs cache" : "") + ")\n");
     out("kiln: timings: sandbox " + std::to_string(sandbox_ms) + " ms, tar " + std::to_string(tar_ms) +
         " ms, " + (hit ? "cache lookup " : "gzip ") + std::to_string(gzip_ms) + " ms\n");
-  }
-  // Store after reporting: the blob is already in memory, the file only speeds later builds.
-  if (cache && !hit) {
-    Status cs = cache->Store(prep->layer);
-    if (!cs.ok() && out) out("kiln: outputs cache: " + cs.message() + "\n");
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -361,6 +372,12 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
     }
     say("kiln: uploading " + digest + "\n");
     ++uploads;
+    if (data == &prep->layer.data && prep->layer.file) {
+      // The registry client uploads from memory: the layer is read only for its upload.
+      std::string blob;
+      st = prep->layer.file->ReadAll(&blob);
+      return st.ok() ? c->PutBlob(repo, digest, blob) : st;
+    }
     return c->PutBlob(repo, digest, *data);
   };
   // Every blob concurrently (the client is thread-safe), and what the tag points at now.
