@@ -166,31 +166,33 @@ class Collector {
   uint64_t total_ = 0;
 };
 
-// Collects the tar stream in memory, hashing it (the diff_id) in the same pass.
+// The tar stream: hashed (the diff_id) and passed on to a sink (if any) in the same pass.
 class TarBuffer {
  public:
-  explicit TarBuffer(std::string* out) : out_(out) {}
+  explicit TarBuffer(ByteSink* sink) : sink_(sink) {}
   Status Write(const char* data, size_t n) {
     sha_.Update(data, n);
-    out_->append(data, n);
-    return Status::Ok();
+    return sink_ ? sink_->Write(data, n) : Status::Ok();
   }
   Status Write(const std::string& s) { return Write(s.data(), s.size()); }
-  // Appends `n` bytes read by `fill` directly into the buffer (no intermediate copy).
-  template <typename Fill>
-  Status WriteFrom(size_t n, Fill fill) {
-    size_t old = out_->size();
-    out_->resize(old + n);
-    Status s = fill(&(*out_)[old], n);
-    if (!s.ok()) return s;
-    sha_.Update(out_->data() + old, n);
-    return Status::Ok();
-  }
   std::string HexDigest() { return sha_.HexDigest(); }
 
  private:
-  std::string* out_;
+  ByteSink* sink_;
   Sha256 sha_;
+};
+
+// Appends to a string (PackLayerTar).
+class StringSink : public ByteSink {
+ public:
+  explicit StringSink(std::string* out) : out_(out) {}
+  Status Write(const char* data, size_t n) override {
+    out_->append(data, n);
+    return Status::Ok();
+  }
+
+ private:
+  std::string* out_;
 };
 
 void PutOctal(char* field, size_t width, uint64_t value) {
@@ -272,18 +274,23 @@ Status WriteFileData(TarBuffer* tar, const Node& n) {
     ::close(fd);
     return Status::Internal("output changed while packing: " + n.source);
   }
-  // One read of each file, straight into the tar buffer.
-  Status s = tar->WriteFrom(static_cast<size_t>(n.size), [&](char* dst, size_t len) -> Status {
-    size_t done = 0;
-    while (done < len) {
-      ssize_t r = ::read(fd, dst + done, len - done);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return Status::Internal(Errno("read " + n.source));
-      if (r == 0) return Status::Internal("output changed while packing: " + n.source);
-      done += static_cast<size_t>(r);
+  // One read of each file, in pieces: never more than one piece in memory.
+  std::unique_ptr<char[]> buf(new char[kBufSize]);
+  Status s;
+  uint64_t left = n.size;
+  while (s.ok() && left > 0) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(left, kBufSize));
+    ssize_t r = ::read(fd, buf.get(), want);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      s = Status::Internal(Errno("read " + n.source));
+    } else if (r == 0) {
+      s = Status::Internal("output changed while packing: " + n.source);
+    } else {
+      left -= static_cast<uint64_t>(r);
+      s = tar->Write(buf.get(), static_cast<size_t>(r));
     }
-    return Status::Ok();
-  });
+  }
   ::close(fd);
   if (!s.ok()) return s;
   return tar->Write(Padding(n.size));
@@ -341,8 +348,8 @@ void PutLe32(std::string* out, uint32_t v) {
 
 }  // namespace
 
-Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>& entries,
-                    LayerTar* out, const LayerLimits& limits) {
+Status StreamLayerTar(const std::string& workspace, const std::vector<LayerEntry>& entries,
+                      ByteSink* sink, std::string* diff_id, const LayerLimits& limits) {
   char resolved[PATH_MAX];
   if (::realpath(workspace.c_str(), resolved) == nullptr) {
     return Status::NotFound(Errno("workspace " + workspace));
@@ -379,11 +386,7 @@ Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>&
     if (!s.ok()) return s;
   }
 
-  LayerTar result;
-  uint64_t reserve = 2 * kBlock;
-  for (const auto& [path, node] : collector.nodes()) reserve += 3 * kBlock + node.size;
-  result.data.reserve(static_cast<size_t>(reserve));
-  TarBuffer tar(&result.data);
+  TarBuffer tar(sink);
   Status s;
   for (const auto& [path, node] : collector.nodes()) {
     switch (node.kind) {
@@ -402,7 +405,16 @@ Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>&
   }
   s = tar.Write(std::string(2 * kBlock, '\0'));  // end-of-archive marker
   if (!s.ok()) return s;
-  result.diff_id = "sha256:" + tar.HexDigest();
+  *diff_id = "sha256:" + tar.HexDigest();
+  return Status::Ok();
+}
+
+Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>& entries,
+                    LayerTar* out, const LayerLimits& limits) {
+  LayerTar result;
+  StringSink sink(&result.data);
+  Status s = StreamLayerTar(workspace, entries, &sink, &result.diff_id, limits);
+  if (!s.ok()) return s;
   *out = std::move(result);
   return Status::Ok();
 }
@@ -504,6 +516,140 @@ Status WriteLayer(const std::string& workspace, const std::vector<LayerEntry>& e
   CompressOptions opts;
   opts.level = gzip_level;
   return CompressLayer(tar.data, tar.diff_id, opts, out);
+}
+
+// ---- Issue 15: BlobFile and the streaming compressor ----
+
+BlobFile::~BlobFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status BlobFile::ReadAll(std::string* out) const {
+  std::string data(static_cast<size_t>(size_), '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t r = ::pread(fd_, &data[done], data.size() - done, static_cast<off_t>(offset_ + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::Internal(Errno("read layer blob"));
+    if (r == 0) return Status::Internal("layer blob file is shorter than recorded");
+    done += static_cast<size_t>(r);
+  }
+  *out = std::move(data);
+  return Status::Ok();
+}
+
+struct GzipLayerWriter::Job {
+  std::string buf;  // dictionary + chunk input
+  Chunk chunk;
+  std::thread worker;
+};
+
+GzipLayerWriter::GzipLayerWriter(const CompressOptions& opts, ByteSink* out)
+    : opts_(opts), out_(out) {
+  if (opts_.level < 0 || opts_.level > 9) {
+    status_ = Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(opts_.level));
+  } else if (opts_.chunk_bytes < 64 * 1024 || opts_.chunk_bytes > (size_t{1} << 30)) {
+    status_ = Status::InvalidArgument("chunk size must be 64 KiB..1 GiB");
+  }
+  if (opts_.threads <= 0)
+    opts_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  opts_.threads = std::min(opts_.threads, 16);
+  crc_ = crc32(0L, Z_NULL, 0);
+}
+
+GzipLayerWriter::~GzipLayerWriter() {
+  for (auto& j : inflight_)
+    if (j->worker.joinable()) j->worker.join();
+}
+
+void GzipLayerWriter::Account() {
+  size_t held = cur_.capacity() + dict_.size();
+  for (const auto& j : inflight_) held += j->buf.size() + j->chunk.out.capacity();
+  peak_ = std::max(peak_, held);
+}
+
+Status GzipLayerWriter::Write(const char* data, size_t n) {
+  if (!status_.ok()) return status_;
+  if (!started_) {
+    started_ = true;
+    // gzip header as CompressLayer's.
+    const char xfl = opts_.level == 9 ? 2 : (opts_.level == 1 ? 4 : 0);
+    const char header[10] = {'\x1f', '\x8b', 8, 0, 0, 0, 0, 0, xfl, '\xff'};
+    sha_.Update(header, sizeof(header));
+    out_bytes_ += sizeof(header);
+    status_ = out_->Write(header, sizeof(header));
+    if (!status_.ok()) return status_;
+    cur_.reserve(opts_.chunk_bytes);
+  }
+  while (n > 0) {
+    if (cur_.size() == opts_.chunk_bytes) {  // full, and more follows: not the last chunk
+      status_ = Dispatch(false);
+      if (!status_.ok()) return status_;
+    }
+    size_t take = std::min(n, opts_.chunk_bytes - cur_.size());
+    cur_.append(data, take);
+    data += take;
+    n -= take;
+  }
+  Account();
+  return Status::Ok();
+}
+
+Status GzipLayerWriter::Dispatch(bool last) {
+  auto job = std::make_unique<Job>();
+  job->buf.reserve(dict_.size() + cur_.size());
+  job->buf = dict_;
+  job->buf += cur_;
+  job->chunk.begin = dict_.size();
+  job->chunk.end = job->buf.size();
+  constexpr size_t kWindow = 32 * 1024;
+  dict_.assign(cur_, cur_.size() > kWindow ? cur_.size() - kWindow : 0, std::string::npos);
+  in_bytes_ += cur_.size();
+  cur_.clear();
+  Job* raw = job.get();
+  const int level = opts_.level;
+  job->worker = std::thread([raw, level, last] { DeflateChunk(raw->buf, level, last, &raw->chunk); });
+  inflight_.push_back(std::move(job));
+  Account();
+  while (inflight_.size() >= static_cast<size_t>(opts_.threads) || (last && !inflight_.empty())) {
+    Status s = DrainFront();
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status GzipLayerWriter::DrainFront() {
+  std::unique_ptr<Job> job = std::move(inflight_.front());
+  inflight_.pop_front();
+  job->worker.join();
+  Account();
+  if (!job->chunk.status.ok()) return job->chunk.status;
+  const std::string& o = job->chunk.out;
+  sha_.Update(o.data(), o.size());
+  out_bytes_ += o.size();
+  crc_ = crc32_combine(crc_, job->chunk.crc, static_cast<z_off_t>(job->chunk.end - job->chunk.begin));
+  return out_->Write(o.data(), o.size());
+}
+
+Status GzipLayerWriter::Finish(std::string* digest, uint64_t* size) {
+  if (!started_) {
+    Status s = Write("", 0);
+    if (!s.ok()) return s;
+  }
+  if (!status_.ok()) return status_;
+  status_ = Dispatch(true);  // drains everything
+  if (!status_.ok()) return status_;
+  std::string trailer;
+  PutLe32(&trailer, static_cast<uint32_t>(crc_));
+  PutLe32(&trailer, static_cast<uint32_t>(in_bytes_ & 0xffffffffu));
+  sha_.Update(trailer.data(), trailer.size());
+  out_bytes_ += trailer.size();
+  status_ = out_->Write(trailer.data(), trailer.size());
+  if (!status_.ok()) return status_;
+  *digest = "sha256:" + sha_.HexDigest();
+  *size = out_bytes_;
+  status_ = Status::FailedPrecondition("gzip stream already finished");
+  return Status::Ok();
 }
 
 }  // namespace kiln

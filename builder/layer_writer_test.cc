@@ -400,5 +400,138 @@ TEST(LayerWriterTest, CompressOptionsAreChecked) {
   EXPECT_EQ(Shell("gunzip -c '" + out.path() + "/l.gz' | wc -c"), std::to_string(tar.size()) + "\n");
 }
 
+
+// ---- Issue 15: streaming ----
+
+namespace streaming {
+
+// Collects the sink's bytes (the test's own memory, not the writer's).
+class CollectSink : public ByteSink {
+ public:
+  Status Write(const char* data, size_t n) override {
+    bytes.append(data, n);
+    return Status::Ok();
+  }
+  std::string bytes;
+};
+
+// Hashes and counts, keeping nothing.
+class CountSink : public ByteSink {
+ public:
+  Status Write(const char* data, size_t n) override {
+    sha.Update(data, n);
+    count += n;
+    return Status::Ok();
+  }
+  Sha256 sha;
+  uint64_t count = 0;
+};
+
+// Deterministic, poorly compressible bytes.
+std::string Noise(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    s[i] = static_cast<char>((x >> 24) & (i % 3 == 0 ? 0xff : 0x0f));
+  }
+  return s;
+}
+
+}  // namespace streaming
+
+TEST(LayerWriterTest, StreamedTarIsTheSameAsThePackedOne) {
+  TempDir ws;
+  Populate(ws.path());
+  PopulateBig(ws.path(), 3);
+  std::vector<LayerEntry> entries = DefaultEntries();
+  entries.push_back({"out", "/big"});
+  LayerTar tar;
+  ASSERT_TRUE(PackLayerTar(ws.path(), entries, &tar).ok());
+  streaming::CollectSink sink;
+  std::string diff_id, hashed_only;
+  ASSERT_TRUE(StreamLayerTar(ws.path(), entries, &sink, &diff_id).ok());
+  EXPECT_EQ(sink.bytes, tar.data);
+  EXPECT_EQ(diff_id, tar.diff_id);
+  ASSERT_TRUE(StreamLayerTar(ws.path(), entries, nullptr, &hashed_only).ok());
+  EXPECT_EQ(hashed_only, tar.diff_id);
+  // Hostile outputs are refused by the streaming path too.
+  EXPECT_EQ(StreamLayerTar(ws.path(), {{"../etc", "/x"}}, nullptr, &diff_id).code(),
+            Status::Code::kInvalidArgument);
+}
+
+TEST(LayerWriterTest, StreamingGzipGivesTheOldWritersBytes) {
+  // Sizes around chunk boundaries (exact multiple, one byte more, empty) and odd piece sizes.
+  for (size_t n : {size_t{0}, size_t{1} << 20, (size_t{3} << 20) + 1, size_t{2500000}}) {
+    std::string tar = streaming::Noise(n, static_cast<uint32_t>(n));
+    const std::string diff_id = "sha256:" + Sha256Hex(tar);
+    for (int threads : {1, 3}) {
+      CompressOptions o;
+      o.threads = threads;
+      LayerBlob old;
+      ASSERT_TRUE(CompressLayer(tar, diff_id, o, &old).ok());
+      streaming::CollectSink sink;
+      GzipLayerWriter gz(o, &sink);
+      for (size_t off = 0; off < tar.size(); off += 77777)
+        ASSERT_TRUE(gz.Write(tar.data() + off, std::min<size_t>(77777, tar.size() - off)).ok());
+      std::string digest;
+      uint64_t size = 0;
+      ASSERT_TRUE(gz.Finish(&digest, &size).ok());
+      EXPECT_EQ(sink.bytes, old.data) << n << " bytes, " << threads << " threads";
+      EXPECT_EQ(digest, old.digest);
+      EXPECT_EQ(size, old.size);
+    }
+  }
+  // The layered builder's path end to end: streamed tar into the streaming gzip = WriteLayer.
+  TempDir ws;
+  Populate(ws.path());
+  LayerBlob whole = MustWrite(ws.path(), DefaultEntries());
+  streaming::CollectSink sink;
+  CompressOptions o;
+  GzipLayerWriter gz(o, &sink);
+  std::string diff_id, digest;
+  uint64_t size = 0;
+  ASSERT_TRUE(StreamLayerTar(ws.path(), DefaultEntries(), &gz, &diff_id).ok());
+  ASSERT_TRUE(gz.Finish(&digest, &size).ok());
+  EXPECT_EQ(digest, whole.digest);
+  EXPECT_EQ(diff_id, whole.diff_id);
+  EXPECT_EQ(sink.bytes, whole.data);
+}
+
+TEST(LayerWriterTest, StreamingGzipHoldsABoundedAmountOfMemory) {
+  // 32 MiB through the writer (generated piece by piece, never held whole): the writer holds
+  // at most (threads + 1) chunks with their dictionaries and outputs.
+  CompressOptions o;
+  o.threads = 2;
+  streaming::CountSink sink;
+  GzipLayerWriter gz(o, &sink);
+  const std::string piece = streaming::Noise(256 * 1024, 7);
+  uint64_t fed = 0;
+  for (int i = 0; i < 128; ++i) {
+    ASSERT_TRUE(gz.Write(piece.data(), piece.size()).ok());
+    fed += piece.size();
+  }
+  std::string digest;
+  uint64_t size = 0;
+  ASSERT_TRUE(gz.Finish(&digest, &size).ok());
+  EXPECT_EQ(fed, uint64_t{32} << 20);
+  EXPECT_EQ(size, sink.count);
+  EXPECT_EQ(digest, "sha256:" + sink.sha.HexDigest());
+  EXPECT_GT(gz.peak_buffered_bytes(), size_t{1} << 20);  // it did buffer a chunk
+  EXPECT_LT(gz.peak_buffered_bytes(), size_t{8} << 20) << "buffers more than (threads+1) chunks";
+}
+
+TEST(LayerWriterTest, StreamingGzipChecksItsOptions) {
+  streaming::CollectSink sink;
+  CompressOptions o;
+  o.level = 10;
+  GzipLayerWriter bad(o, &sink);
+  EXPECT_EQ(bad.Write("x", 1).code(), Status::Code::kInvalidArgument);
+  std::string d;
+  uint64_t n = 0;
+  EXPECT_EQ(bad.Finish(&d, &n).code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(sink.bytes.empty());
+}
+
 }  // namespace
 }  // namespace kiln

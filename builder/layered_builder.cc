@@ -4,6 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+
+#include <sys/stat.h>
+#include <unistd.h>
 #include <future>
 #include <vector>
 
@@ -23,6 +26,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+// Gives `dir` and everything below it to uid:gid without following symlinks; entries already
+// owned are only stat'ed, so after the first build this is one lstat per entry. Runs while no
+// process of the build user can reach the tree (before the sandbox starts).
+Status OwnTree(const std::string& dir, uid_t uid, gid_t gid) {
+  auto own = [&](const char* p) {
+    struct stat st;
+    if (::lstat(p, &st) != 0) return false;
+    return (st.st_uid == uid && st.st_gid == gid) || ::lchown(p, uid, gid) == 0;
+  };
+  if (!own(dir.c_str())) return Status::Internal("cannot give " + dir + " to the build user");
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (!own(it->path().c_str()))
+      return Status::Internal("cannot give " + it->path().string() + " to the build user");
+  }
+  if (ec) return Status::Internal("cannot walk " + dir + ": " + ec.message());
+  return Status::Ok();
 }
 }  // namespace
 
@@ -159,7 +182,33 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     sb.caches[var] = dir;
   }
   sb.network = job.build.containerfile.network;
-  Status st = ValidateSandboxSpec(sb);
+  // Issue 15: limits always; as root, the command runs as the unprivileged build user, which
+  // owns the workspace and the caches it writes.
+  sb.limits.max_processes = job.build.limits.max_processes;
+  sb.limits.max_memory_bytes = job.build.limits.max_memory_mb << 20;
+  sb.limits.max_file_bytes = job.build.max_file_mb << 20;
+  Status st;
+  if (::geteuid() == 0) {
+    SandboxUser user;
+    st = LookupSandboxUser(job.build.user, &user);
+    if (st.ok()) {
+      sb.user = user;
+      fs::create_directories(sb.stage_dir, ec);
+      ::chmod(sb.stage_dir.c_str(), 0755);
+      st = OwnTree(job.source_dir, user.uid, user.gid);
+    }
+    for (const auto& [var, dir] : sb.caches) {
+      if (st.ok()) st = OwnTree(dir, user.uid, user.gid);
+    }
+    if (!st.ok()) {
+      park_base();
+      res.status = st.code() == Status::Code::kUnavailable
+                       ? st
+                       : Status::Internal("cannot prepare the build sandbox: " + st.message());
+      return res;
+    }
+  }
+  st = ValidateSandboxSpec(sb);
   if (!st.ok()) {
     park_base();
     res.status = st;
@@ -193,14 +242,16 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     res.elapsed_ms = MsSince(t0);
     return res;
   }
-  // 2. The outputs as one layer: tar + diff_id in one read of the files; the compressed blob
-  // comes from the outputs cache when these exact outputs were packed before.
+  // 2. The outputs as one layer, streamed (Issue 15: never whole in memory): a first pass
+  // hashes the tar (diff_id); the outputs cache serves the compressed blob when these exact
+  // outputs were packed before; otherwise a second pass streams tar -> parallel gzip -> sha256
+  // into the cache entry's file (or a temporary file), checking the tar did not change.
   auto prep = std::make_shared<Prepared>();
   const auto t1 = Clock::now();
   std::vector<LayerEntry> entries;
   for (const auto& o : lb.outputs) entries.push_back({o.from, o.to});
-  LayerTar tar;
-  st = PackLayerTar(job.source_dir, entries, &tar);
+  std::string diff_id;
+  st = StreamLayerTar(job.source_dir, entries, nullptr, &diff_id);
   if (!st.ok()) {
     park_base();
     res.status = Status::FailedPrecondition("outputs: " + st.message());
@@ -210,19 +261,33 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   const int64_t tar_ms = MsSince(t1);
   const auto t2 = Clock::now();
   OutputsCache* cache = Cache(job.cache_dir);
-  const bool hit = cache && cache->Lookup(tar.diff_id, &prep->layer);
+  const bool hit = cache && cache->LookupFile(diff_id, &prep->layer);
   if (!hit) {
     CompressOptions copts;
     copts.level = opts_.gzip_level;
     copts.threads = opts_.compress_threads;
-    st = CompressLayer(tar.data, tar.diff_id, copts, &prep->layer);
+    BlobProducer produce = [&](ByteSink* sink, std::string* digest, uint64_t* size) {
+      GzipLayerWriter gz(copts, sink);
+      std::string again;
+      Status s = StreamLayerTar(job.source_dir, entries, &gz, &again);
+      if (s.ok()) s = gz.Finish(digest, size);
+      if (s.ok() && again != diff_id)
+        s = Status::FailedPrecondition("outputs: changed while packing");
+      return s;
+    };
+    if (cache) {
+      st = cache->StoreStream(diff_id, produce, &prep->layer);
+    } else {
+      std::string dir = job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
+      fs::create_directories(dir, ec);
+      st = WriteTempBlob(dir, diff_id, produce, &prep->layer);
+    }
     if (!st.ok()) {
       park_base();
       res.status = st;
       return res;
     }
   }
-  std::string().swap(tar.data);
   const int64_t gzip_ms = MsSince(t2);
   // 3. Config and manifest on the base.
   base_future.get();
@@ -251,11 +316,6 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
         (hit ? ", from the outputs cache" : "") + ")\n");
     out("kiln: timings: sandbox " + std::to_string(sandbox_ms) + " ms, tar " + std::to_string(tar_ms) +
         " ms, " + (hit ? "cache lookup " : "gzip ") + std::to_string(gzip_ms) + " ms\n");
-  }
-  // Store after reporting: the blob is already in memory, the file only speeds later builds.
-  if (cache && !hit) {
-    Status cs = cache->Store(prep->layer);
-    if (!cs.ok() && out) out("kiln: outputs cache: " + cs.message() + "\n");
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -312,6 +372,12 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
     }
     say("kiln: uploading " + digest + "\n");
     ++uploads;
+    if (data == &prep->layer.data && prep->layer.file) {
+      // The registry client uploads from memory: the layer is read only for its upload.
+      std::string blob;
+      st = prep->layer.file->ReadAll(&blob);
+      return st.ok() ? c->PutBlob(repo, digest, blob) : st;
+    }
     return c->PutBlob(repo, digest, *data);
   };
   // Every blob concurrently (the client is thread-safe), and what the tag points at now.

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -23,6 +24,16 @@
 #include "common/status.h"
 
 namespace kiln {
+
+// --- Issue 15: streamed entries ---
+/// Writes a layer blob's gzip bytes into `out`; sets *digest ("sha256:<hex>") and *size.
+using BlobProducer = std::function<Status(ByteSink* out, std::string* digest, uint64_t* size)>;
+
+/// Runs `produce` into an unnamed temporary file (O_TMPFILE) in `dir` (the layered builder's
+/// path when there is no outputs cache): out->file gets it, with digest, size and `diff_id`.
+/// Internal on I/O errors; the producer's errors as they are. Nothing stays on disk.
+Status WriteTempBlob(const std::string& dir, const std::string& diff_id,
+                     const BlobProducer& produce, LayerBlob* out);
 
 class OutputsCache {
  public:
@@ -34,6 +45,17 @@ class OutputsCache {
   /// Stores `blob` (digest and diff_id must be set), then evicts down to the bound. A blob
   /// larger than the bound is not stored (Ok). Internal on I/O errors (the cache stays valid).
   Status Store(const LayerBlob& blob);
+
+  /// Issue 15: as Lookup, but the blob stays in its file (out->file, data empty) and is
+  /// verified by streaming it (never held in memory whole).
+  bool LookupFile(const std::string& diff_id, LayerBlob* out);
+
+  /// Issue 15: runs `produce` straight into a new entry for `diff_id` (a temporary file,
+  /// renamed into place when complete, then eviction); out->file gets the entry's bytes through
+  /// an open descriptor, readable even if the entry is evicted later. A blob larger than the
+  /// bound is produced but not kept. Internal on I/O errors; the producer's errors as they are
+  /// (nothing is stored then).
+  Status StoreStream(const std::string& diff_id, const BlobProducer& produce, LayerBlob* out);
 
   /// Sum of the entries' sizes on disk (scans the directory).
   uint64_t DiskBytes() const;

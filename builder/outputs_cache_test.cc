@@ -108,5 +108,80 @@ TEST(OutputsCacheTest, RefusesBlobsWithoutDigests) {
   EXPECT_EQ(cache.Store(a).code(), Status::Code::kInvalidArgument);
 }
 
+// ---- Issue 15: streamed entries ----
+
+BlobProducer Producer(const std::string& bytes, bool fail = false) {
+  return [bytes, fail](ByteSink* out, std::string* digest, uint64_t* size) {
+    if (fail) return Status::FailedPrecondition("outputs: changed while packing");
+    for (size_t off = 0; off < bytes.size(); off += 1000) {
+      Status s = out->Write(bytes.data() + off, std::min<size_t>(1000, bytes.size() - off));
+      if (!s.ok()) return s;
+    }
+    *digest = "sha256:" + Sha256Hex(bytes);
+    *size = bytes.size();
+    return Status::Ok();
+  };
+}
+
+TEST(OutputsCacheTest, StreamedEntriesAreTheSameFormatAndSurviveEviction) {
+  TempDir d;
+  OutputsCache cache(d.path(), 1 << 20);
+  const std::string gz(300000, 'g');
+  const std::string diff_id = "sha256:" + Sha256Hex("tar");
+  LayerBlob stored, got, old;
+  ASSERT_TRUE(cache.StoreStream(diff_id, Producer(gz), &stored).ok());
+  ASSERT_TRUE(stored.file);
+  EXPECT_TRUE(stored.data.empty());
+  EXPECT_EQ(stored.digest, "sha256:" + Sha256Hex(gz));
+  EXPECT_EQ(stored.size, gz.size());
+  std::string bytes;
+  ASSERT_TRUE(stored.file->ReadAll(&bytes).ok());
+  EXPECT_EQ(bytes, gz);
+  // The old reader reads the streamed entry; the streaming reader verifies it.
+  ASSERT_TRUE(cache.Lookup(diff_id, &old));
+  EXPECT_EQ(old.data, gz);
+  ASSERT_TRUE(cache.LookupFile(diff_id, &got));
+  EXPECT_EQ(got.digest, stored.digest);
+  EXPECT_EQ(got.size, gz.size());
+  ASSERT_TRUE(got.file->ReadAll(&bytes).ok());
+  EXPECT_EQ(bytes, gz);
+  // Evicted (or replaced) after the lookup: the open file still serves the push.
+  std::system(("rm -f '" + d.path() + "'/*.layer").c_str());
+  ASSERT_TRUE(got.file->ReadAll(&bytes).ok());
+  EXPECT_EQ(bytes, gz);
+  EXPECT_FALSE(cache.LookupFile(diff_id, &got));
+  // A failed producer stores nothing; a corrupt entry is dropped by LookupFile.
+  EXPECT_EQ(cache.StoreStream(diff_id, Producer(gz, true), &got).code(),
+            Status::Code::kFailedPrecondition);
+  EXPECT_EQ(cache.DiskBytes(), 0u);
+  ASSERT_TRUE(cache.StoreStream(diff_id, Producer(gz), &got).ok());
+  const std::string path = d.path() + "/" + diff_id.substr(7) + ".layer";
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('X');
+  }
+  EXPECT_FALSE(cache.LookupFile(diff_id, &got));
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);
+  // Larger than the bound: produced and usable, not kept.
+  OutputsCache tiny(d.path() + "/tiny", 1000);
+  ASSERT_TRUE(tiny.StoreStream(diff_id, Producer(gz), &got).ok());
+  ASSERT_TRUE(got.file->ReadAll(&bytes).ok());
+  EXPECT_EQ(bytes, gz);
+  EXPECT_EQ(tiny.DiskBytes(), 0u);
+}
+
+TEST(OutputsCacheTest, TempBlobsLeaveNothingOnDisk) {
+  TempDir d;
+  LayerBlob got;
+  const std::string gz(5000, 'q');
+  ASSERT_TRUE(WriteTempBlob(d.path(), "sha256:" + Sha256Hex("t"), Producer(gz), &got).ok());
+  std::string bytes;
+  ASSERT_TRUE(got.file->ReadAll(&bytes).ok());
+  EXPECT_EQ(bytes, gz);
+  EXPECT_EQ(got.digest, "sha256:" + Sha256Hex(gz));
+  EXPECT_EQ(std::system(("test -z \"$(ls -A '" + d.path() + "')\"").c_str()), 0);
+}
+
 }  // namespace
 }  // namespace kiln

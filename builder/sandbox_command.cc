@@ -1,5 +1,8 @@
 #include "builder/sandbox_command.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include "common/names.h"
 
 namespace kiln {
@@ -55,7 +58,60 @@ Status ValidateSandboxSpec(const SandboxSpec& spec) {
       return Status::InvalidArgument("invalid sandbox symlink");
     }
   }
+  if (spec.user) {
+    if (spec.user->uid == 0 || spec.user->gid == 0)
+      return Status::InvalidArgument("the sandbox user must not be root (uid and gid 0 refused)");
+    if (!IsNormalizedAbsolutePath(spec.stage_dir) || spec.stage_dir == "/")
+      return Status::InvalidArgument("sandbox stage_dir must be a normalized absolute directory");
+  }
+  if (spec.limits.max_processes < 0 || spec.limits.max_memory_bytes < 0 ||
+      spec.limits.max_file_bytes < 0)
+    return Status::InvalidArgument("sandbox limits must not be negative");
   return Status::Ok();
+}
+
+std::vector<std::string> PrlimitArgv(const SandboxLimits& limits) {
+  std::vector<std::string> a = {"prlimit"};
+  auto add = [&](const char* opt, int64_t v) {
+    if (v > 0) a.push_back(std::string(opt) + "=" + std::to_string(v) + ":" + std::to_string(v));
+  };
+  add("--nproc", limits.max_processes);
+  add("--as", limits.max_memory_bytes);
+  add("--fsize", limits.max_file_bytes);
+  if (a.size() == 1) return {};
+  return a;
+}
+
+std::vector<std::string> SetprivArgv(const SandboxUser& user) {
+  return {"setpriv",        "--reuid=" + std::to_string(user.uid),
+          "--regid=" + std::to_string(user.gid), "--clear-groups", "--no-new-privs", "--"};
+}
+
+Status LookupSandboxUser(const std::string& name, SandboxUser* out) {
+  struct passwd pw;
+  struct passwd* res = nullptr;
+  char buf[4096];
+  if (::getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr)
+    return Status::Unavailable("sandbox user '" + name +
+                               "' does not exist (scripts/setup.sh creates it; see "
+                               "`kiln check-config`)");
+  if (pw.pw_uid == 0 || pw.pw_gid == 0 || pw.pw_uid == ::geteuid())
+    return Status::Unavailable("sandbox user '" + name + "' must be neither root nor kiln's uid");
+  out->uid = pw.pw_uid;
+  out->gid = pw.pw_gid;
+  return Status::Ok();
+}
+
+std::string ShellQuoteArg(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
 }
 
 std::vector<std::string> BwrapArgv(const SandboxSpec& spec) {
@@ -72,18 +128,47 @@ std::vector<std::string> BwrapArgv(const SandboxSpec& spec) {
   // /tmp is memory: bounded, so a build step cannot fill the host's RAM through it.
   if (spec.tmp_size_bytes > 0) a.insert(a.end(), {"--size", std::to_string(spec.tmp_size_bytes)});
   a.insert(a.end(), {"--tmpfs", "/tmp"});
-  a.insert(a.end(), {"--bind", spec.workspace, kSandboxWorkspace});
+  // With a user, bwrap binds the staged copies (see the file comment) instead of the host paths.
+  const std::string stage = spec.stage_dir;
+  std::string setup;  // the private mount namespace's script
+  auto q = ShellQuoteArg;
+  if (spec.user) {
+    setup = "set -eu\n"
+            "fail() { echo \"kiln: the build sandbox could not be set up\" >&2; exit 125; }\n"
+            "trap fail EXIT\n"
+            "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " + q(stage) + "\n" +
+            "mkdir " + q(stage + "/w") + " " + q(stage + "/c") + "\n" +
+            "mount --bind " + q(spec.workspace) + " " + q(stage + "/w") + "\n";
+  }
+  a.insert(a.end(), {"--bind", spec.user ? stage + "/w" : spec.workspace, kSandboxWorkspace});
   std::map<std::string, std::string> env = spec.env;
   for (const auto& [var, dir] : spec.caches) {
     std::string inside = std::string(kSandboxCacheRoot) + "/" + var;
-    a.insert(a.end(), {"--bind", dir, inside});
+    std::string from = dir;
+    if (spec.user) {
+      from = stage + "/c/" + var;
+      setup += "mkdir " + q(from) + "\nmount --bind " + q(dir) + " " + q(from) + "\n";
+    }
+    a.insert(a.end(), {"--bind", from, inside});
     env[var] = inside;
   }
   a.insert(a.end(), {"--chdir", kSandboxWorkspace});
   for (const auto& [k, v] : env) a.insert(a.end(), {"--setenv", k, v});
   a.push_back("--");
   a.insert(a.end(), spec.command.begin(), spec.command.end());
-  return a;
+  // Limits and the user switch wrap bwrap: every process of the sandbox inherits them.
+  std::vector<std::string> out = PrlimitArgv(spec.limits);
+  if (spec.user) {
+    setup += "trap - EXIT\nexec \"$@\"\n";
+    std::vector<std::string> head = {"unshare", "--mount", "--propagation", "private",
+                                     "/bin/sh", "-c",      setup,           "kiln-sandbox"};
+    head.insert(head.end(), out.begin(), out.end());
+    out = std::move(head);
+    std::vector<std::string> sp = SetprivArgv(*spec.user);
+    out.insert(out.end(), sp.begin(), sp.end());
+  }
+  out.insert(out.end(), a.begin(), a.end());
+  return out;
 }
 
 }  // namespace kiln

@@ -3,11 +3,20 @@
 // PID, IPC, UTS, cgroup, and network unless asked; nested user namespaces disabled), a tmpfs root holding only the read-only toolchain binds, /proc, a
 // minimal /dev, a private size-bounded /tmp, the workspace read-write at /workspace and the domain's named
 // caches read-write at /cache/<ENV_VAR>; a cleared environment; all capabilities dropped; the
-// sandbox dies with its parent. Pure functions: no I/O, thread-safe.
+// sandbox dies with its parent.
+//
+// With `user` set (kiln runs as root), bwrap itself runs as that unprivileged host user, never
+// as root: the argv starts `unshare --mount` (a private mount namespace, still root) whose
+// shell script bind-mounts the workspace and caches below `stage_dir` (a fresh tmpfs, reachable
+// by the user even when the state directory is not), then execs
+// `prlimit --nproc --as --fsize setpriv --reuid --regid --clear-groups bwrap ...`. Without
+// `user` (kiln is not root) bwrap runs as kiln's own uid under the same prlimit.
+// Pure functions: no I/O, thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +33,41 @@ inline constexpr char kSandboxCacheRoot[] = "/cache";
 /// Debian 12 (merged /usr): /lib, /lib64, /bin and /sbin are symlinks into /usr.
 /// Pairs of (link target, link path).
 std::vector<std::pair<std::string, std::string>> MergedUsrSymlinks();
+
+// --- Issue 15: sandboxes with limits ---
+/// Default `stage_dir` of the layered build sandbox.
+inline constexpr char kSandboxStageDir[] = "/run/kiln-layered";
+
+/// A host user by id.
+struct SandboxUser {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+/// RLIMITs set (soft = hard) on the sandbox's processes; 0: that limit is not set.
+struct SandboxLimits {
+  /// RLIMIT_NPROC: processes of the sandbox's host user (counted per user, see security.md).
+  int64_t max_processes = 512;
+  /// RLIMIT_AS: address space of each process.
+  int64_t max_memory_bytes = int64_t{4096} << 20;
+  /// RLIMIT_FSIZE: largest file a process may write.
+  int64_t max_file_bytes = int64_t{8192} << 20;
+};
+
+/// The `prlimit` argv prefix ("prlimit", "--nproc=N:N", "--as=B:B", "--fsize=B:B") for the set
+/// limits; empty when none is set.
+std::vector<std::string> PrlimitArgv(const SandboxLimits& limits);
+
+/// "setpriv", "--reuid=U", "--regid=G", "--clear-groups", "--".
+std::vector<std::string> SetprivArgv(const SandboxUser& user);
+
+/// Resolves the unprivileged host user `name` (the one I/O function here: reads the user
+/// database with getpwnam_r; thread-safe). Unavailable naming the user and the fix when it does
+/// not exist, or is root / has gid 0 / is kiln's own uid.
+Status LookupSandboxUser(const std::string& name, SandboxUser* out);
+
+/// Single-quotes `s` for /bin/sh.
+std::string ShellQuoteArg(const std::string& s);
 
 struct SandboxSpec {
   /// Host directory, bind-mounted read-write at /workspace; the command runs there.
@@ -43,11 +87,21 @@ struct SandboxSpec {
   bool network = false;
   /// Size limit of the sandbox's /tmp (a tmpfs, i.e. memory); 0: the kernel default (half RAM).
   int64_t tmp_size_bytes = int64_t{1} << 30;
+  // --- Issue 15: sandboxes with limits ---
+  /// The unprivileged host user bwrap and the command run as (uid and gid never 0); nullopt:
+  /// kiln's own uid (only when kiln is not root).
+  std::optional<SandboxUser> user;
+  /// Resource limits of every process in the sandbox.
+  SandboxLimits limits;
+  /// Where the private mount namespace stages the binds for `user` (an existing directory,
+  /// 0755, reachable by the user; a tmpfs is mounted over it in that namespace only).
+  std::string stage_dir = kSandboxStageDir;
 };
 
 /// Returns InvalidArgument when the spec is unsafe or malformed: a relative or non-normalized
 /// workspace, cache or ro_bind path, an ro_bind of "/", an empty command, an env var name that
-/// is not [A-Za-z_][A-Za-z0-9_]*, or a NUL byte anywhere.
+/// is not [A-Za-z_][A-Za-z0-9_]*, a NUL byte anywhere, a user with uid or gid 0, a negative
+/// limit, or (with a user) a non-normalized stage_dir.
 Status ValidateSandboxSpec(const SandboxSpec& spec);
 
 /// The full argv ("bwrap", options..., "--", command...). Call ValidateSandboxSpec first; the

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -55,8 +56,30 @@ SandboxSpec GoSpec(const std::string& ws, std::vector<std::string> command) {
   return spec;
 }
 
-// Runs the sandboxed command through the real ProcessRunner with a clean environment.
-ProcessResult RunSandboxed(const SandboxSpec& spec) {
+// The build user (scripts/setup.sh creates it) when the tests run as root, as kiln does.
+std::optional<SandboxUser> TestUser() {
+  if (::geteuid() != 0) return std::nullopt;
+  SandboxUser u;
+  Status st = LookupSandboxUser("kiln-build", &u);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return u;
+}
+
+void GiveTo(const SandboxUser& u, const std::string& dir) {
+  std::system(("chown -R " + std::to_string(u.uid) + ":" + std::to_string(u.gid) + " '" + dir +
+               "'")
+                  .c_str());
+}
+
+// Runs the sandboxed command through the real ProcessRunner with a clean environment, as the
+// build user (owning the workspace and caches, as LayeredBuilder arranges) when root.
+ProcessResult RunSandboxed(SandboxSpec spec) {
+  if (!spec.user) spec.user = TestUser();
+  if (spec.user) {
+    ::mkdir(spec.stage_dir.c_str(), 0755);
+    GiveTo(*spec.user, spec.workspace);
+    for (const auto& [var, dir] : spec.caches) GiveTo(*spec.user, dir);
+  }
   EXPECT_TRUE(ValidateSandboxSpec(spec).ok()) << ValidateSandboxSpec(spec).ToString();
   ProcessSpec p;
   p.argv = BwrapArgv(spec);
@@ -93,10 +116,13 @@ TEST(SandboxCommandTest, ArgvShape) {
   SandboxSpec spec = GoSpec("/srv/ws", {"go", "build", "./..."});
   spec.caches = {{"GOCACHE", "/var/cache/kiln/go"}};
   spec.env["GOCACHE"] = "/somewhere/else";
+  spec.limits = SandboxLimits{0, 0, 0};
   std::vector<std::string> a = BwrapArgv(spec);
   ASSERT_GE(a.size(), 4u);
   EXPECT_EQ(a[0], "bwrap");
   EXPECT_EQ(a[1], "--unshare-all");
+  EXPECT_LT(IndexOf(a, "--disable-userns"), IndexOf(a, "--"));
+  EXPECT_LT(IndexOf(a, "--unshare-user"), IndexOf(a, "--"));
   EXPECT_EQ(IndexOf(a, "--share-net"), a.size());
   EXPECT_LT(IndexOf(a, "--die-with-parent"), a.size());
   EXPECT_LT(IndexOf(a, "--clearenv"), a.size());
@@ -119,6 +145,56 @@ TEST(SandboxCommandTest, ArgvShape) {
   EXPECT_LT(IndexOf(a, "--share-net"), IndexOf(a, "--"));
 }
 
+// Issue 15: the user switch and the limits wrap bwrap; bwrap binds the staged paths.
+TEST(SandboxCommandTest, ArgvRunsAsTheBuildUserWithLimits) {
+  SandboxSpec spec = GoSpec("/srv/state/ws", {"go", "build", "./..."});
+  spec.caches = {{"GOCACHE", "/srv/state/cache/go"}};
+  spec.user = SandboxUser{999, 995};
+  spec.limits = SandboxLimits{64, int64_t{256} << 20, int64_t{8} << 20};
+  std::vector<std::string> a = BwrapArgv(spec);
+  ASSERT_GE(a.size(), 8u);
+  EXPECT_EQ(a[0], "unshare");
+  EXPECT_EQ(a[1], "--mount");
+  const size_t prlimit = IndexOf(a, "prlimit"), setpriv = IndexOf(a, "setpriv"),
+               bwrap = IndexOf(a, "bwrap"), dashdash = IndexOf(a, "--disable-userns");
+  ASSERT_LT(bwrap, a.size());
+  EXPECT_LT(prlimit, setpriv);
+  EXPECT_LT(setpriv, bwrap);
+  EXPECT_LT(bwrap, dashdash);
+  EXPECT_LT(IndexOf(a, "--nproc=64:64"), setpriv);
+  EXPECT_LT(IndexOf(a, "--as=268435456:268435456"), setpriv);
+  EXPECT_LT(IndexOf(a, "--fsize=8388608:8388608"), setpriv);
+  EXPECT_LT(IndexOf(a, "--reuid=999"), bwrap);
+  EXPECT_LT(IndexOf(a, "--regid=995"), bwrap);
+  EXPECT_LT(IndexOf(a, "--clear-groups"), bwrap);
+  EXPECT_LT(IndexOf(a, "--unshare-user"), a.size());
+  // bwrap (as the user) binds the staged copies, never the host paths below the state dir.
+  EXPECT_TRUE(HasTriple(a, "--bind", "/run/kiln-layered/w", "/workspace"));
+  EXPECT_TRUE(HasTriple(a, "--bind", "/run/kiln-layered/c/GOCACHE", "/cache/GOCACHE"));
+  EXPECT_FALSE(HasTriple(a, "--bind", "/srv/state/ws", "/workspace"));
+  // The root part (the private mount namespace's script) stages them.
+  const std::string& script = a[IndexOf(a, "-c") + 1];
+  EXPECT_NE(script.find("mount --bind '/srv/state/ws' '/run/kiln-layered/w'"), std::string::npos)
+      << script;
+  EXPECT_NE(script.find("mount --bind '/srv/state/cache/go' '/run/kiln-layered/c/GOCACHE'"),
+            std::string::npos)
+      << script;
+  EXPECT_EQ(std::vector<std::string>(a.end() - 3, a.end()),
+            (std::vector<std::string>{"go", "build", "./..."}));
+
+  // No limits set: no prlimit; the user switch stays.
+  spec.limits = SandboxLimits{0, 0, 0};
+  a = BwrapArgv(spec);
+  EXPECT_EQ(IndexOf(a, "prlimit"), a.size());
+  EXPECT_LT(IndexOf(a, "--reuid=999"), IndexOf(a, "bwrap"));
+  EXPECT_TRUE(PrlimitArgv(SandboxLimits{0, 0, 0}).empty());
+}
+
+TEST(SandboxCommandTest, ShellQuoting) {
+  EXPECT_EQ(ShellQuoteArg("a b"), "'a b'");
+  EXPECT_EQ(ShellQuoteArg("it's"), "'it'\\''s'");
+}
+
 TEST(SandboxCommandTest, ValidationRefusesUnsafeSpecs) {
   SandboxSpec good = GoSpec("/srv/ws", {"go", "build"});
   EXPECT_TRUE(ValidateSandboxSpec(good).ok());
@@ -136,6 +212,19 @@ TEST(SandboxCommandTest, ValidationRefusesUnsafeSpecs) {
   refused(s);
   s = good;
   s.command.clear();
+  refused(s);
+  s = good;
+  s.user = SandboxUser{0, 995};  // never root
+  refused(s);
+  s = good;
+  s.user = SandboxUser{999, 0};
+  refused(s);
+  s = good;
+  s.user = SandboxUser{999, 995};
+  s.stage_dir = "run/x";
+  refused(s);
+  s = good;
+  s.limits.max_processes = -1;
   refused(s);
   s = good;
   s.env["BAD=NAME"] = "x";
@@ -248,6 +337,63 @@ TEST(SandboxCommandTest, NoNetworkUnlessAsked) {
   r = Sh(ws.path(), probe, /*network=*/true);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   ::close(fd);
+}
+
+// ---- Issue 15: the limits, for real ----
+
+TEST(SandboxCommandTest, RunsAsTheBuildUserNotRoot) {
+  TempDir ws;
+  ProcessResult r = Sh(ws.path(), "id -u; id -g; touch /workspace/made");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  if (std::optional<SandboxUser> u = TestUser()) {
+    EXPECT_EQ(r.output, std::to_string(u->uid) + "\n" + std::to_string(u->gid) + "\n");
+    struct stat st;
+    ASSERT_EQ(::stat((ws.path() + "/made").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, u->uid);  // on the host too: not root-owned
+  }
+  EXPECT_NE(r.output.substr(0, 2), "0\n");
+  // Nested user namespaces are refused.
+  r = Sh(ws.path(), "unshare -U true");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+}
+
+TEST(SandboxCommandTest, ForkingPastMaxProcessesFails) {
+  TempDir ws;
+  SandboxSpec spec = GoSpec(ws.path(), {"sh", "-c",
+                                        "i=0; while [ $i -lt 64 ]; do sleep 2 & i=$((i+1)); "
+                                        "done; echo all-forked"});
+  spec.limits.max_processes = 16;
+  ProcessResult r = RunSandboxed(spec);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("all-forked"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fork"), std::string::npos) << r.output;
+}
+
+TEST(SandboxCommandTest, AllocatingPastMaxMemoryFails) {
+  TempDir ws;
+  SandboxSpec spec =
+      GoSpec(ws.path(), {"perl", "-e", "my $x = 'a' x (160 << 20); print \"allocated\\n\";"});
+  spec.limits.max_memory_bytes = int64_t{128} << 20;
+  ProcessResult r = RunSandboxed(spec);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("allocated"), std::string::npos) << r.output;
+  // Control: the same program runs under a larger bound.
+  spec.limits.max_memory_bytes = int64_t{768} << 20;
+  r = RunSandboxed(spec);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(SandboxCommandTest, WritingPastMaxFileFails) {
+  TempDir ws;
+  SandboxSpec spec =
+      GoSpec(ws.path(), {"sh", "-c", "head -c 3000000 /dev/zero > /workspace/big && echo wrote"});
+  spec.limits.max_file_bytes = int64_t{1} << 20;
+  ProcessResult r = RunSandboxed(spec);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("wrote"), std::string::npos) << r.output;
+  struct stat st;
+  ASSERT_EQ(::stat((ws.path() + "/big").c_str(), &st), 0);
+  EXPECT_LE(st.st_size, int64_t{1} << 20);
 }
 
 bool SleeperAlive(const std::string& marker) {

@@ -57,6 +57,16 @@ struct LayeredBuild {
   std::vector<std::string> entrypoint;
 };
 
+// --- Issue 15: sandboxes with limits (build.limits, deploy.local.limits) ---
+/// RLIMITs of a sandbox's processes.
+struct SandboxLimitsConfig {
+  /// RLIMIT_NPROC: processes of the sandbox's host user at once: 1..1048576.
+  int64_t max_processes = 512;
+  /// RLIMIT_AS: address space of each process, in MiB: 16..1048576.
+  int64_t max_memory_mb = 4096;
+};
+// --- end Issue 15 ---
+
 struct BuildConfig {
   std::string mode = "containerfile";  // "containerfile" | "layered"
   int timeout_s = 600;                 // 1..86400
@@ -74,6 +84,8 @@ struct BuildConfig {
   /// except other domains' image repositories. The domain's own repository is always allowed.
   std::optional<std::vector<std::string>> base_images;
   // --- end issue 15 ---
+  /// Issue 15: limits of the layered build sandbox (with max_file_mb).
+  SandboxLimitsConfig limits;
   ContainerfileBuild containerfile;
   std::optional<LayeredBuild> layered;
 };
@@ -94,6 +106,15 @@ struct KubernetesDeploy {
 struct LocalDeploy {
   int port = 9000;
   std::string health_path = "/healthz";
+  // --- Issue 15: sandboxes with limits ---
+  /// Unprivileged host user the candidate's sandbox runs as (never root).
+  std::string user = "kiln-build";
+  /// Bound on the extracted image's file data, in MiB: 1..1048576.
+  int64_t max_rootfs_mb = 2048;
+  /// Largest file the candidate may write, in MiB (RLIMIT_FSIZE): 1..1048576.
+  int64_t max_file_mb = 8192;
+  SandboxLimitsConfig limits;
+  // --- end Issue 15 ---
 };
 
 struct DeployConfig {

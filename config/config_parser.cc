@@ -46,6 +46,13 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || IsDigit(c); }
 bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
+// Issue 15: a POSIX-portable user name ([A-Za-z_][A-Za-z0-9_.-]{0,31}).
+bool IsUserName(const std::string& user) {
+  bool ok = !user.empty() && user.size() <= 32 && (IsAlpha(user[0]) || user[0] == '_');
+  for (char c : user) ok = ok && (IsAlpha(c) || IsDigit(c) || c == '_' || c == '-' || c == '.');
+  return ok;
+}
+
 bool IsSha256Hex(const std::string& s) {
   if (s.size() != 64) return false;
   for (char c : s)
@@ -287,6 +294,8 @@ class ConfigReader {
   void ReadBuild(const json& obj, const std::string& path, BuildConfig* out);
   void ReadContainerfile(const json& obj, const std::string& path, ContainerfileBuild* out);
   void ReadLayered(const json& obj, const std::string& path, LayeredBuild* out);
+  // Issue 15: build.limits and deploy.local.limits.
+  void ReadSandboxLimits(const json& obj, const std::string& path, SandboxLimitsConfig* out);
   void CheckBaseImage(const std::string& image, const std::string& path);
   void ReadImage(const json& obj, const std::string& path, ImageConfig* out);
   void ReadDeploy(const json& obj, const std::string& path, DeployConfig* out);
@@ -621,6 +630,7 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
              "base_images"});
+             "limits"});
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {
@@ -668,6 +678,9 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
     if (ok) out->base_images = base_images;
   }
   // --- end issue 15 ---
+  // Issue 15: build.limits.
+  if (const json* s = Section(obj, "limits", path, false))
+    ReadSandboxLimits(*s, Join(path, "limits"), &out->limits);
   if (const json* s = Section(obj, "containerfile", path, false))
     ReadContainerfile(*s, Join(path, "containerfile"), &out->containerfile);
   // build.network is the setting; containerfile.network (a boolean) is its older spelling.
@@ -687,6 +700,14 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
   } else if (need_layered && obj.find("layered") == obj.end()) {
     Problem(Join(path, "layered"), "missing required key (build.mode is layered)");
   }
+}
+
+// Issue 15: sandbox limits.
+void ConfigReader::ReadSandboxLimits(const json& obj, const std::string& path,
+                                     SandboxLimitsConfig* out) {
+  CheckKeys(obj, path, {"max_processes", "max_memory_mb"});
+  ReadInt(obj, "max_processes", path, 1, int64_t{1} << 20, &out->max_processes);
+  ReadInt(obj, "max_memory_mb", path, 16, int64_t{1} << 20, &out->max_memory_mb);
 }
 
 void ConfigReader::ReadContainerfile(const json& obj, const std::string& path,
@@ -843,11 +864,27 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
   }
   if (const json* l = Section(obj, "local", path, false)) {
     const std::string p = Join(path, "local");
-    CheckKeys(*l, p, {"port", "health_path"});
+    CheckKeys(*l, p,
+              {"port", "health_path", "user", "max_rootfs_mb", "max_file_mb", "limits"});
     LocalDeploy ld;
     ReadInt(*l, "port", p, 1, 65535, &ld.port);
     if (ReadString(*l, "health_path", p, false, &ld.health_path) && ld.health_path[0] != '/')
       Problem(Join(p, "health_path"), "must start with '/'");
+    // Issue 15: the local sandbox's user and limits.
+    std::string user;
+    if (ReadString(*l, "user", p, false, &user)) {
+      if (!IsUserName(user)) {
+        Problem(Join(p, "user"), "must be a user name ([A-Za-z_][A-Za-z0-9_.-]{0,31})");
+      } else if (user == "root") {
+        Problem(Join(p, "user"), "must not be root: candidates run unprivileged");
+      } else {
+        ld.user = user;
+      }
+    }
+    ReadInt(*l, "max_rootfs_mb", p, 1, int64_t{1} << 20, &ld.max_rootfs_mb);
+    ReadInt(*l, "max_file_mb", p, 1, int64_t{1} << 20, &ld.max_file_mb);
+    if (const json* s = Section(*l, "limits", p, false))
+      ReadSandboxLimits(*s, Join(p, "limits"), &ld.limits);
     out->local = ld;
   } else if (out->type == "local" && !out->local) {
     out->local = LocalDeploy{};

@@ -175,17 +175,30 @@ Status ResolveUserNames(const std::string& passwd, const std::string& group, Lau
   return Status::Ok();
 }
 
+SandboxUser ProgramIds(const LaunchSpec& spec, const SandboxUser& fallback) {
+  SandboxUser ids = fallback;
+  if (spec.uid && *spec.uid != 0) {
+    ids.uid = *spec.uid;
+    if (spec.gid && *spec.gid != 0) ids.gid = *spec.gid;
+  }
+  return ids;
+}
+
 std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::string& rootfs,
-                                          int info_fd) {
+                                          int info_fd, const LocalSandboxOptions& opts) {
+  const std::string staged = opts.stage_dir + "/root";
   std::vector<std::string> a = {"bwrap",
                                 "--unshare-all",
                                 "--unshare-user",
+                                // no nested user namespaces: they would give the program
+                                // capabilities over namespaces it creates.
+                                "--disable-userns",
                                 "--die-with-parent",
                                 "--new-session",
                                 "--cap-drop",
                                 "ALL",
                                 "--bind",
-                                rootfs,
+                                opts.host_user ? staged : rootfs,
                                 "/",
                                 "--proc",
                                 "/proc",
@@ -199,11 +212,31 @@ std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::str
   for (const auto& [k, v] : spec.env) {
     a.insert(a.end(), {"--setenv", k, v});
   }
-  if (spec.uid) a.insert(a.end(), {"--uid", std::to_string(*spec.uid)});
-  if (spec.gid) a.insert(a.end(), {"--gid", std::to_string(*spec.gid)});
+  const SandboxUser ids = ProgramIds(spec, opts.fallback);
+  a.insert(a.end(), {"--uid", std::to_string(ids.uid), "--gid", std::to_string(ids.gid)});
   a.insert(a.end(), {"--chdir", spec.cwd, "--info-fd", std::to_string(info_fd), "--"});
   a.insert(a.end(), spec.argv.begin(), spec.argv.end());
-  return a;
+  std::vector<std::string> out;
+  if (opts.host_user) {
+    auto q = ShellQuoteArg;
+    const std::string setup =
+        "set -eu\n"
+        "fail() { echo \"kiln: the candidate sandbox could not be set up\" >&2; exit 125; }\n"
+        "trap fail EXIT\n"
+        "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " + q(opts.stage_dir) +
+        "\nmkdir " + q(staged) + "\nmount --bind " + q(rootfs) + " " + q(staged) +
+        "\ntrap - EXIT\nexec \"$@\"\n";
+    out = {"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup,
+           "kiln-sandbox"};
+  }
+  std::vector<std::string> lim = PrlimitArgv(opts.limits);
+  out.insert(out.end(), lim.begin(), lim.end());
+  if (opts.host_user) {
+    std::vector<std::string> sp = SetprivArgv(*opts.host_user);
+    out.insert(out.end(), sp.begin(), sp.end());
+  }
+  out.insert(out.end(), a.begin(), a.end());
+  return out;
 }
 
 }  // namespace kiln

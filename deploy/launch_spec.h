@@ -5,7 +5,12 @@
 //     a numeric User -> what the candidate process runs.
 //   - LocalSandboxArgv: the bubblewrap argv that runs a LaunchSpec with an extracted root as
 //     "/" and nothing of the host: all namespaces unshared (loopback-only network), its own
-//     /proc, a minimal /dev, a private /tmp, no capabilities, a new session, dies with kiln.
+//     /proc, a minimal /dev, a private /tmp, no capabilities, a new session, dies with kiln,
+//     no nested user namespaces (--disable-userns). Issue 15: under RLIMITs, and (kiln being
+//     root) with bwrap itself run as an unprivileged host user: `unshare --mount` stages the
+//     root below a fresh tmpfs at `stage_dir` (the state directory is not reachable by that
+//     user), then `prlimit ... setpriv --reuid --regid --clear-groups bwrap ...`. The program's
+//     uid inside is the image's numeric non-zero User, else the host user's; never 0.
 #pragma once
 
 #include <map>
@@ -14,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "builder/sandbox_command.h"
 #include "common/status.h"
 
 namespace kiln {
@@ -55,10 +61,30 @@ inline constexpr char kDefaultPath[] =
 /// ResolveUserNames.
 Status DecideLaunch(const nlohmann::json& image_config, int port, LaunchSpec* out);
 
-/// The bwrap argv ("bwrap", options..., "--", argv...) running `spec` with `rootfs` (a host
-/// directory) bound read-write as "/"; `info_fd` is passed as --info-fd. Call DecideLaunch
-/// first; never fails.
+// --- Issue 15: sandboxes with limits ---
+/// Default `stage_dir` of the local deploy sandbox.
+inline constexpr char kLocalSandboxStageDir[] = "/run/kiln-deploy";
+
+struct LocalSandboxOptions {
+  /// The unprivileged host user bwrap runs as (nullopt: kiln's own uid, when kiln is not root).
+  std::optional<SandboxUser> host_user;
+  /// The ids the program gets when the image's User is absent or 0 (the host user's, or kiln's
+  /// own uid when not root). Must not be 0.
+  SandboxUser fallback{65534, 65534};
+  SandboxLimits limits;
+  /// An existing 0755 directory (see the file comment).
+  std::string stage_dir = kLocalSandboxStageDir;
+};
+
+/// The program's uid/gid: the image's numeric User (and group) when non-zero, else `fallback`'s
+/// (a zero image group also falls back). Never 0 when fallback has no 0.
+SandboxUser ProgramIds(const LaunchSpec& spec, const SandboxUser& fallback);
+
+/// The argv (["unshare" ... "setpriv" ...,] ["prlimit" ...,] "bwrap", options..., "--",
+/// argv...) running `spec` with `rootfs` (a host directory) bound read-write as "/"; `info_fd`
+/// is passed as --info-fd. Call DecideLaunch first; never fails.
 std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::string& rootfs,
-                                          int info_fd);
+                                          int info_fd,
+                                          const LocalSandboxOptions& opts = LocalSandboxOptions());
 
 }  // namespace kiln

@@ -113,8 +113,9 @@ TEST(LocalSandboxArgv, IsolatesEverything) {
   auto has = [&](std::vector<std::string> seq) {
     return std::search(a.begin(), a.end(), seq.begin(), seq.end()) != a.end();
   };
-  EXPECT_EQ(a.front(), "bwrap");
-  for (const char* flag : {"--unshare-all", "--die-with-parent", "--new-session", "--clearenv"})
+  EXPECT_EQ(a.front(), "prlimit");  // the default limits wrap bwrap
+  for (const char* flag : {"--unshare-all", "--unshare-user", "--disable-userns",
+                           "--die-with-parent", "--new-session", "--clearenv"})
     EXPECT_TRUE(has({flag})) << flag;
   EXPECT_FALSE(has({"--share-net"}));
   EXPECT_TRUE(has({"--cap-drop", "ALL"}));
@@ -132,6 +133,57 @@ TEST(LocalSandboxArgv, IsolatesEverything) {
   EXPECT_EQ(binds, 1);
   // The command is last: nothing after it can be read as a bwrap option.
   EXPECT_EQ(a[a.size() - 3], "--");
+}
+
+// Issue 15: the program never runs as root, bwrap runs as the host user, under limits.
+TEST(LocalSandboxArgv, RunsUnprivilegedWithLimits) {
+  LaunchSpec s;
+  s.argv = {"/bin/app"};
+  s.cwd = "/";
+  LocalSandboxOptions o;
+  o.host_user = SandboxUser{999, 995};
+  o.fallback = SandboxUser{999, 995};
+  o.limits = SandboxLimits{100, int64_t{512} << 20, int64_t{64} << 20};
+  std::vector<std::string> a = LocalSandboxArgv(s, "/state/rootfs/1", 3, o);
+  auto at = [&](const std::string& x) {
+    return static_cast<size_t>(std::find(a.begin(), a.end(), x) - a.begin());
+  };
+  auto has = [&](std::vector<std::string> seq) {
+    return std::search(a.begin(), a.end(), seq.begin(), seq.end()) != a.end();
+  };
+  EXPECT_EQ(a.front(), "unshare");
+  EXPECT_LT(at("--nproc=100:100"), at("setpriv"));
+  EXPECT_LT(at("--as=536870912:536870912"), at("setpriv"));
+  EXPECT_LT(at("--fsize=67108864:67108864"), at("setpriv"));
+  EXPECT_LT(at("--reuid=999"), at("bwrap"));
+  EXPECT_LT(at("--regid=995"), at("bwrap"));
+  EXPECT_LT(at("--clear-groups"), at("bwrap"));
+  EXPECT_LT(at("bwrap"), at("--disable-userns"));
+  EXPECT_TRUE(has({"--unshare-user"}));
+  // No User in the image: the host user's ids, not root.
+  EXPECT_TRUE(has({"--uid", "999", "--gid", "995"}));
+  // bwrap binds the staged root, never the host path below the state directory.
+  EXPECT_TRUE(has({"--bind", "/run/kiln-deploy/root", "/"}));
+  EXPECT_FALSE(has({"--bind", "/state/rootfs/1", "/"}));
+  EXPECT_NE(a[at("-c") + 1].find("mount --bind '/state/rootfs/1' '/run/kiln-deploy/root'"),
+            std::string::npos);
+  EXPECT_EQ(a.back(), "/bin/app");
+
+  // A numeric non-zero User is kept; User 0 (root) falls back to the host user.
+  s.uid = 1000;
+  s.gid = 1001;
+  a = LocalSandboxArgv(s, "/state/rootfs/1", 3, o);
+  EXPECT_TRUE(has({"--uid", "1000", "--gid", "1001"}));
+  s.uid = 0;
+  s.gid = 0;
+  a = LocalSandboxArgv(s, "/state/rootfs/1", 3, o);
+  EXPECT_TRUE(has({"--uid", "999", "--gid", "995"}));
+  EXPECT_FALSE(has({"--uid", "0"}));
+  s.uid = 1000;
+  s.gid = 0;
+  SandboxUser ids = ProgramIds(s, o.fallback);
+  EXPECT_EQ(ids.uid, 1000u);
+  EXPECT_EQ(ids.gid, 995u);
 }
 
 }  // namespace

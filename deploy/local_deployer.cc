@@ -73,6 +73,21 @@ std::string WithOutput(std::string msg, const std::string& tail) {
   return msg + "; last output:\n" + tail;
 }
 
+// Issue 15: gives the extracted root to the sandbox's host user, not following symlinks. Runs
+// before the sandbox starts (nothing of that user can reach the root yet).
+Status OwnRoot(const std::string& root, const SandboxUser& user) {
+  std::error_code ec;
+  if (::lchown(root.c_str(), user.uid, user.gid) != 0)
+    return Status::Internal("cannot give the extracted root to the sandbox user");
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (::lchown(it->path().c_str(), user.uid, user.gid) != 0)
+      return Status::Internal("cannot give the extracted root to the sandbox user");
+  }
+  if (ec) return Status::Internal("cannot walk the extracted root: " + ec.message());
+  return Status::Ok();
+}
+
 std::string Seconds(std::chrono::milliseconds ms) {
   std::ostringstream o;
   o << static_cast<double>(ms.count()) / 1000.0 << " s";
@@ -227,12 +242,20 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
 
   progress("extracting " + std::to_string(img.layers.size()) + " layers");
   ExtractStats stats;
+  ExtractLimits limits;  // Issue 15: deploy.local.max_rootfs_mb bounds the extracted root
+  limits.max_total_bytes = static_cast<uint64_t>(config_.max_rootfs_mb) << 20;
   for (const auto& digest : img.layers) {
     std::string blob;
     Status st = FetchBlob(ref.repository, digest, &blob);
-    if (st.ok()) st = ApplyLayer(cand->rootfs, blob, &stats);
+    if (st.ok()) st = ApplyLayer(cand->rootfs, blob, &stats, limits);
     if (!st.ok()) {
-      StopCandidate(std::move(cand));
+      StopCandidate(std::move(cand));  // removes the partial root
+      if (stats.too_large)
+        return Failed("ImageFetchFailed",
+                      "image " + req.image + " has more than deploy.local.max_rootfs_mb (" +
+                          std::to_string(config_.max_rootfs_mb) +
+                          " MiB) of files; nothing was started and the serving candidate is "
+                          "untouched: make the image smaller or raise deploy.local.max_rootfs_mb");
       return Failed("ImageFetchFailed", "layer " + digest + ": " + st.message());
     }
   }
@@ -254,9 +277,31 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
     return Failed("Cancelled", "deploy cancelled");
   }
 
+  // Issue 15: limits; as root, bwrap runs as deploy.local.user, which owns the root's files
+  // (the program, never uid 0, may write its own root as before).
+  LocalSandboxOptions sbo;
+  sbo.limits.max_processes = config_.limits.max_processes;
+  sbo.limits.max_memory_bytes = config_.limits.max_memory_mb << 20;
+  sbo.limits.max_file_bytes = config_.max_file_mb << 20;
+  if (::geteuid() == 0) {
+    SandboxUser user;
+    Status st = LookupSandboxUser(config_.user, &user);
+    if (st.ok()) st = OwnRoot(cand->rootfs, user);
+    if (!st.ok()) {
+      StopCandidate(std::move(cand));
+      return Failed("StartFailed", "deploy.local.user: " + st.message());
+    }
+    sbo.host_user = user;
+    sbo.fallback = user;
+    fs::create_directories(sbo.stage_dir, ec);
+    ::chmod(sbo.stage_dir.c_str(), 0755);
+  } else {
+    sbo.fallback = SandboxUser{::geteuid(), ::getegid()};
+  }
+
   DeployResult result;
-  if (!StartAndCheck(cand.get(), LocalSandboxArgv(spec, cand->rootfs, kInfoFd), progress, cancel,
-                     &result)) {
+  if (!StartAndCheck(cand.get(), LocalSandboxArgv(spec, cand->rootfs, kInfoFd, sbo), progress,
+                     cancel, &result)) {
     result.changed = cand->proc != nullptr;  // a process was started (and is stopped now)
     StopCandidate(std::move(cand));
     return result;

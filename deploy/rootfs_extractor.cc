@@ -170,9 +170,12 @@ class Applier {
   }
 
   Status WriteFile(TarReader* tar, const TarEntry& e, const std::string& rel) {
-    if (stats_->bytes + e.size > limits_.max_total_bytes)
-      return Status::InvalidArgument("image is larger than " +
-                                     std::to_string(limits_.max_total_bytes) + " bytes");
+    if (stats_->bytes + e.size > limits_.max_total_bytes) {
+      stats_->too_large = true;
+      return Status::InvalidArgument("the image's files exceed the size limit of " +
+                                     std::to_string(limits_.max_total_bytes >> 20) + " MiB (" +
+                                     std::to_string(limits_.max_total_bytes) + " bytes)");
+    }
     int fd = open(Abs(rel).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return Errno("create", rel);
     std::unique_ptr<char[]> buf(new char[1 << 16]);

@@ -28,6 +28,7 @@ struct ExtractStats {
   size_t neutralized = 0;  // names that tried to leave the root (absolute, "..")
   size_t skipped = 0;      // devices, FIFOs, unknown types, AUFS metadata
   uint64_t bytes = 0;      // file data written
+  bool too_large = false;  // Issue 15: stopped at max_total_bytes
 };
 
 /// Applies one layer blob (gzip or plain tar) to `root` (an existing directory). `stats` is
