@@ -629,8 +629,7 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
-             "base_images"});
-             "limits"});
+             "base_images", "limits"});
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {
