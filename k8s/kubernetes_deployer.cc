@@ -157,8 +157,8 @@ std::string KubernetesDeployer::Redact(std::string s) const {
     HttpOrigin o;
     std::string rest;
     if (ParseHttpUrl(client_->server(), &o, &rest) && !o.host.empty()) {
+      // host:port only: the bare host may also be the registry's (an image reference).
       needles.emplace_back(o.host + ":" + o.port, "the Kubernetes API");
-      if (o.host.size() >= 4) needles.emplace_back(o.host, "the Kubernetes API");
     }
   }
   if (cfg_.kubeconfig && !cfg_.kubeconfig->empty())
@@ -382,8 +382,12 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
       if (d.signs.kind == PodSignKind::kCrash || d.signs.kind == PodSignKind::kImage ||
           d.signs.kind == PodSignKind::kConfig)
         return done(DescribeSigns(d.signs, 0), true);
-      if (pending.kind != PodSignKind::kNone)  // ProgressDeadlineExceeded: say why
-        return done(DescribeSigns(pending, pending_ms(now_t)), true);
+      if (pending.kind != PodSignKind::kNone) {  // ProgressDeadlineExceeded: say why
+        DeployResult r = DescribeSigns(pending, pending_ms(now_t));
+        r.reason = d.reason;
+        r.message = Redact(what + ": " + d.message + ": " + r.message);
+        return done(r, true);
+      }
       DeployResult r = Fail(d.reason, what + ": " + d.message);
       r.error_kind = "deploy_timeout";
       r.next_step =
@@ -406,11 +410,17 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
                      req.deploy_id, what, limit, last_transient.message());
         DeployResult r = last_fail;
         const std::string seen = last_line.empty() ? "" : " (last seen: " + last_line + ")";
-        r.message = what + " did not finish rolling out within " + limit + ": " + r.message + seen;
+        if (!r.message.empty() && r.message.back() == '.') r.message.pop_back();
+        r.message =
+            what + " did not finish rolling out within " + limit + ": " + r.message + seen + ".";
         return done(r, true);
       }
-      if (pending.kind != PodSignKind::kNone)  // the deadline first: the same classified failure
-        return done(DescribeSigns(pending, pending_ms(now_t)), true);
+      if (pending.kind != PodSignKind::kNone) {  // the deadline first: the same classified failure
+        DeployResult r = DescribeSigns(pending, pending_ms(now_t));
+        r.reason = "Timeout";
+        r.message = what + " did not finish rolling out within " + limit + ": " + r.message;
+        return done(r, true);
+      }
       return done(Fail("Timeout", what + " did not finish rolling out within " + limit +
                                       (last_line.empty() ? "" : ": " + last_line)),
                   true);
