@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +78,14 @@ struct DeployResult {
   DeployFailureDetails details;
   // --- end Issue 16 ---
 };
+
+// --- Issue 16 ---
+/// The classified-failure fields of a failed result, for tool results: {"error", "error_kind",
+/// "next_step", "details": {...}} (details holds only the known fields: pod, container, reason,
+/// exit_code, signal, restarts, memory_limit, log_tail, probe_message, unready_ms). Empty object
+/// when the result is not failed or not classified (error_kind "").
+nlohmann::json DeployFailureJson(const DeployResult& r);
+// --- end Issue 16 ---
 
 /// Progress lines while a rollout runs ("2/3 replicas updated", "waiting for /healthz").
 using DeployProgressFn = std::function<void(const std::string& line)>;

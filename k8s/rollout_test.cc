@@ -597,5 +597,33 @@ TEST(RolloutFailures, ApiErrorsSayNotYourCodeWithoutServerOrPaths) {
             "deployments.apps \"web\" not found in namespace \"loop\".");
 }
 
+TEST(RolloutFailures, DeployFailureJsonCarriesTheKnownDetails) {
+  json cs = ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:04Z"}}}},
+                            Terminated(137, "OOMKilled"), 1, false);
+  RolloutDecision d = RolloutEvaluator::Evaluate(
+      Rolling(), RsList(), Pods({RealPod("web-new-1", cs, Conds(false), "Running", "1Gi")}), "app");
+  RolloutFailure f = RolloutEvaluator::DescribeCrash(d.signs, "deployment \"web\"", "a\nb\n");
+  DeployResult r;
+  r.state = DeployState::kFailed;
+  r.reason = f.reason;
+  r.message = f.message;
+  r.error_kind = f.error_kind;
+  r.next_step = f.next_step;
+  r.details = f.details;
+  json j = DeployFailureJson(r);
+  EXPECT_EQ(j["error"], f.message);
+  EXPECT_EQ(j["error_kind"], "deploy_crash");
+  EXPECT_EQ(j["next_step"], f.next_step);
+  EXPECT_EQ(j["details"]["exit_code"], 137);
+  EXPECT_EQ(j["details"]["reason"], "OOMKilled");
+  EXPECT_EQ(j["details"]["restarts"], 1);
+  EXPECT_EQ(j["details"]["memory_limit"], "1Gi");
+  EXPECT_EQ(j["details"]["log_tail"], json::array({"a", "b"}));
+  EXPECT_FALSE(j["details"].contains("signal"));
+  EXPECT_FALSE(j["details"].contains("probe_message"));
+  r.state = DeployState::kRolledOut;
+  EXPECT_TRUE(DeployFailureJson(r).empty());
+}
+
 }  // namespace
 }  // namespace kiln
