@@ -235,13 +235,12 @@ Status KubeClient::GetPodLog(const std::string& ns, const std::string& pod,
                              const std::string& container, bool previous, int tail_lines,
                              int64_t limit_bytes, std::string* out, KubeCallError* err) {
   Object obj{"get", "pods/log", "", pod, ns};
-  return CallText(obj,
-                  "/api/v1/namespaces/" + UrlEncode(ns) + "/pods/" + UrlEncode(pod) +
-                      "/log?container=" + UrlEncode(container) +
-                      "&previous=" + (previous ? "true" : "false") +
-                      "&tailLines=" + std::to_string(tail_lines) +
-                      "&limitBytes=" + std::to_string(limit_bytes),
-                  out, err);
+  return CallText(
+      obj,
+      "/api/v1/namespaces/" + UrlEncode(ns) + "/pods/" + UrlEncode(pod) +
+          "/log?container=" + UrlEncode(container) + "&previous=" + (previous ? "true" : "false") +
+          "&tailLines=" + std::to_string(tail_lines) + "&limitBytes=" + std::to_string(limit_bytes),
+      out, err);
 }
 
 Status KubeClient::ListEvents(const std::string& ns, const std::string& name, nlohmann::json* out,

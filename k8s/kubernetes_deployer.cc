@@ -183,8 +183,8 @@ DeployResult KubernetesDeployer::DescribeSigns(const PodSigns& s, int64_t pendin
       if (!st.ok() && s.previous && err.http_status == 400) {
         // No previous instance after all (the API answers 400): the current one's log.
         err = KubeCallError();
-        st = client_->GetPodLog(ns_, s.pod, s.container, false, lines, opts_.log_limit_bytes,
-                                &log, &err);
+        st = client_->GetPodLog(ns_, s.pod, s.container, false, lines, opts_.log_limit_bytes, &log,
+                                &err);
       }
       if (!st.ok()) {
         spdlog::warn("kubernetes deploy: cannot read the log of pod {} container {}: {}", s.pod,
@@ -265,8 +265,8 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
     if (progress) progress(line);
   };
   if (!init_.ok()) {
-    spdlog::warn("kubernetes deploy for deployment {}: configuration unusable: {}",
-                 cfg_.deployment, init_.message());
+    spdlog::warn("kubernetes deploy for deployment {}: configuration unusable: {}", cfg_.deployment,
+                 init_.message());
     return done(Classified(RolloutEvaluator::DescribeApiError("Config", 0, "", "", "", "", "")),
                 false);
   }
@@ -331,7 +331,7 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
 
   // 4. Follow the rollout.
   std::string last_line;
-  Status last_transient;  // the error of the last poll; OK once a poll succeeds again
+  Status last_transient;   // the error of the last poll; OK once a poll succeeds again
   DeployResult last_fail;  // that poll's classified failure
   const auto unready_timeout =
       opts_.unready_timeout ? *opts_.unready_timeout

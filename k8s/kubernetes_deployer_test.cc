@@ -764,7 +764,8 @@ TEST_F(FakeApiTest, CrashLoopReportsExitCodeRestartsAndPreviousLog) {
   // The last 20 lines of the previous container's log, valid UTF-8 (the fake's log has a byte
   // that is not).
   ASSERT_EQ(r.details.log_tail.size(), 20u);
-  EXPECT_EQ(r.details.log_tail.back(), "panic: open /etc/app/config.yaml: no such file or directory");
+  EXPECT_EQ(r.details.log_tail.back(),
+            "panic: open /etc/app/config.yaml: no such file or directory");
   EXPECT_EQ(r.details.log_tail.front(), "app: init step 11 ok");
   EXPECT_EQ(r.details.log_tail[18], "listening on :8080 \xef\xbf\xbd");
   for (const auto& l : r.details.log_tail) EXPECT_TRUE(ValidUtf8(l)) << l;
@@ -772,7 +773,8 @@ TEST_F(FakeApiTest, CrashLoopReportsExitCodeRestartsAndPreviousLog) {
   ExpectNoLeak(r, (dir_ / "kubeconfig").string(), port_);
   // Read with previous=true from the real path, answered 200.
   json reqs = Fake("GET", "/_fake/stats")["requests"];
-  EXPECT_EQ(CodesFor(reqs, "/pods/" + r.details.pod + "/log"), std::vector<int>{200}) << reqs.dump();
+  EXPECT_EQ(CodesFor(reqs, "/pods/" + r.details.pod + "/log"), std::vector<int>{200})
+      << reqs.dump();
 }
 
 TEST_F(FakeApiTest, OomKilledNamesTheMemoryLimit) {

@@ -222,14 +222,12 @@ PodSigns PodSignsOf(const json& pod, const std::string& container, bool* failing
         s.message = Str(cs, {"state", "waiting", "message"});
         if (last.is_object()) FromTerminated(last, &s);
         if (s.reason.empty()) s.reason = w;
-      } else if (term.is_object() &&
-                 (!init || Int(term, {"exitCode"}, 1) != 0)) {
+      } else if (term.is_object() && (!init || Int(term, {"exitCode"}, 1) != 0)) {
         s.kind = PodSignKind::kCrash;
         FromTerminated(term, &s);
         if (s.reason.empty()) s.reason = "Terminated";
         *failing = true;
-      } else if (last.is_object() &&
-                 (Str(last, {"reason"}) == "OOMKilled" || s.restarts >= 2)) {
+      } else if (last.is_object() && (Str(last, {"reason"}) == "OOMKilled" || s.restarts >= 2)) {
         s.kind = PodSignKind::kCrash;
         FromTerminated(last, &s);
       } else if (!init && At(cs, {"state", "running"}).is_object() &&
@@ -387,7 +385,7 @@ bool RolloutEvaluator::IsFatalWaitingReason(const std::string& r) {
 }
 
 RolloutDecision RolloutEvaluator::Evaluate(const json& dep, const json& rss, const json& pods,
-                                          const std::string& container) {
+                                           const std::string& container) {
   RolloutDecision d;
   const int64_t generation = Int(dep, {"metadata", "generation"});
   const int64_t observed = Int(dep, {"status", "observedGeneration"});
@@ -416,8 +414,8 @@ RolloutDecision RolloutEvaluator::Evaluate(const json& dep, const json& rss, con
       const PodSigns& s = d.signs;
       d.phase = RolloutPhase::kFailed;
       d.reason = s.kind == PodSignKind::kCrash && s.reason == "OOMKilled" ? "OOMKilled"
-                 : !s.waiting_reason.empty()                             ? s.waiting_reason
-                                                                         : "ContainerTerminated";
+                 : !s.waiting_reason.empty()                              ? s.waiting_reason
+                                                                          : "ContainerTerminated";
       std::string m = s.message;
       d.message = "pod \"" + s.pod + "\" container \"" + s.container + "\": " + d.reason +
                   (m.empty() ? "" : ": " + m);
@@ -537,7 +535,9 @@ RolloutFailure RolloutEvaluator::DescribeCrash(const PodSigns& s, const std::str
   f.details = DetailsOf(s);
   f.details.log_tail = LogTail(log_text);
   const bool oom = s.reason == "OOMKilled";
-  f.reason = oom ? "OOMKilled" : !s.waiting_reason.empty() ? s.waiting_reason : "ContainerTerminated";
+  f.reason = oom                         ? "OOMKilled"
+             : !s.waiting_reason.empty() ? s.waiting_reason
+                                         : "ContainerTerminated";
   std::string m = Subject(s, what);
   if (oom) {
     m += " was killed for running out of memory (OOMKilled" +
@@ -564,10 +564,11 @@ RolloutFailure RolloutEvaluator::DescribeCrash(const PodSigns& s, const std::str
   }
   f.message = Sentence(m);
   if (oom) {
-    f.next_step = "Make the program use less memory" +
-                  (s.memory_limit.empty() ? std::string() : " than its limit of " + s.memory_limit) +
-                  " (details.log_tail has its last output) or ask kiln's operator to raise the "
-                  "limit, then build and deploy again.";
+    f.next_step =
+        "Make the program use less memory" +
+        (s.memory_limit.empty() ? std::string() : " than its limit of " + s.memory_limit) +
+        " (details.log_tail has its last output) or ask kiln's operator to raise the "
+        "limit, then build and deploy again.";
   } else if (!f.details.log_tail.empty()) {
     f.next_step =
         "Fix the crash shown in details.log_tail (the container's last output before it "
@@ -588,13 +589,14 @@ RolloutFailure RolloutEvaluator::DescribeImage(const PodSigns& s, const std::str
   std::string wm = ScrubClusterText(s.message, s.pod_ip);
   f.message = Sentence("the cluster cannot pull the image of " + Subject(s, what) + " (" +
                        s.reason + ")" + (wm.empty() ? "" : ": " + wm));
-  f.next_step =
-      s.reason == "InvalidImageName"
-          ? std::string("This is not your code: kiln produced an image reference the cluster "
-                        "refuses; tell kiln's operator.")
-          : std::string("This is not your code: the cluster could not fetch the image kiln "
-                        "built; deploy again, and if it keeps failing tell kiln's operator "
-                        "(registry access from the cluster).");
+  f.next_step = s.reason == "InvalidImageName"
+                    ? std::string(
+                          "This is not your code: kiln produced an image reference the cluster "
+                          "refuses; tell kiln's operator.")
+                    : std::string(
+                          "This is not your code: the cluster could not fetch the image kiln "
+                          "built; deploy again, and if it keeps failing tell kiln's operator "
+                          "(registry access from the cluster).");
   return f;
 }
 
@@ -644,9 +646,9 @@ RolloutFailure RolloutEvaluator::DescribeUnschedulable(const PodSigns& s, const 
   f.details.unready_ms = pending_ms;
   std::string wm = ScrubClusterText(s.message);
   std::string pod = s.pod.empty() ? "the new pod" : "pod \"" + s.pod + "\"";
-  f.message = Sentence("no node of the cluster can run " + pod + " of " + what + " (" +
-                       "unschedulable for " + Seconds(pending_ms) + ")" +
-                       (wm.empty() ? "" : ": " + wm));
+  f.message =
+      Sentence("no node of the cluster can run " + pod + " of " + what + " (" +
+               "unschedulable for " + Seconds(pending_ms) + ")" + (wm.empty() ? "" : ": " + wm));
   f.next_step =
       "This is not your code: the cluster has no room for the pod; deploy again later, or ask "
       "kiln's operator for capacity.";

@@ -250,32 +250,31 @@ json RealPod(const std::string& name, json cs, json conditions, const std::strin
                       {"failureThreshold", 3}}},
                     {"resources", json::object()}};
   if (!mem.empty()) container["resources"] = {{"limits", {{"memory", mem}, {"cpu", "500m"}}}};
-  json pod = {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata",
-       {{"name", name},
-        {"namespace", "loop"},
-        {"uid", "0f6c7a52-3d1e-4b7e-9a52-" + std::string(12, '1')},
-        {"labels", {{"app", "web"}, {"pod-template-hash", "newhash"}}},
-        {"ownerReferences", json::array({{{"apiVersion", "apps/v1"},
-                                          {"kind", "ReplicaSet"},
-                                          {"name", "web-new"},
-                                          {"uid", "web-new-uid"},
-                                          {"controller", true},
-                                          {"blockOwnerDeletion", true}}})}}},
-      {"spec",
-       {{"containers", json::array({container})},
-        {"restartPolicy", "Always"},
-        {"nodeName", "node-1"}}},
-      {"status",
-       {{"phase", phase},
-        {"conditions", conditions},
-        {"hostIP", "10.0.0.10"},
-        {"podIP", "10.244.1.17"},
-        {"podIPs", json::array({{{"ip", "10.244.1.17"}}})},
-        {"startTime", "2024-05-01T10:00:00Z"},
-        {"qosClass", mem.empty() ? "BestEffort" : "Burstable"}}}};
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", name},
+                {"namespace", "loop"},
+                {"uid", "0f6c7a52-3d1e-4b7e-9a52-" + std::string(12, '1')},
+                {"labels", {{"app", "web"}, {"pod-template-hash", "newhash"}}},
+                {"ownerReferences", json::array({{{"apiVersion", "apps/v1"},
+                                                  {"kind", "ReplicaSet"},
+                                                  {"name", "web-new"},
+                                                  {"uid", "web-new-uid"},
+                                                  {"controller", true},
+                                                  {"blockOwnerDeletion", true}}})}}},
+              {"spec",
+               {{"containers", json::array({container})},
+                {"restartPolicy", "Always"},
+                {"nodeName", "node-1"}}},
+              {"status",
+               {{"phase", phase},
+                {"conditions", conditions},
+                {"hostIP", "10.0.0.10"},
+                {"podIP", "10.244.1.17"},
+                {"podIPs", json::array({{{"ip", "10.244.1.17"}}})},
+                {"startTime", "2024-05-01T10:00:00Z"},
+                {"qosClass", mem.empty() ? "BestEffort" : "Burstable"}}}};
   if (!cs.is_null()) pod["status"]["containerStatuses"] = json::array({cs});
   return pod;
 }
@@ -325,10 +324,11 @@ json Rolling() { return Dep(2, 2, 1, 1, 1, 0, 0); }
 
 TEST(RolloutFailures, CrashLoopWithExitCodeOne) {
   json cs = ContainerStatus({{"waiting",
-                     {{"reason", "CrashLoopBackOff"},
-                      {"message", "back-off 40s restarting failed container=app "
-                                  "pod=web-new-7d9c_loop(0f6c7a52)"}}}},
-                   Terminated(1, "Error"), 3, false);
+                              {{"reason", "CrashLoopBackOff"},
+                               {"message",
+                                "back-off 40s restarting failed container=app "
+                                "pod=web-new-7d9c_loop(0f6c7a52)"}}}},
+                            Terminated(1, "Error"), 3, false);
   RolloutDecision d = RolloutEvaluator::Evaluate(
       Rolling(), RsList(), Pods({RealPod("web-new-7d9c", cs, Conds(false), "Running")}), "app");
   ASSERT_EQ(d.phase, RolloutPhase::kFailed);
@@ -365,7 +365,7 @@ TEST(RolloutFailures, CrashLoopWithExitCodeOne) {
 TEST(RolloutFailures, OomKilledNamesTheMemoryLimit) {
   // Restarted once after the OOM kill; running again, not ready.
   json cs = ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:04Z"}}}},
-                   Terminated(137, "OOMKilled"), 1, false);
+                            Terminated(137, "OOMKilled"), 1, false);
   RolloutDecision d = RolloutEvaluator::Evaluate(
       Rolling(), RsList(), Pods({RealPod("web-new-1", cs, Conds(false), "Running", "128Mi")}),
       "app");
@@ -373,8 +373,8 @@ TEST(RolloutFailures, OomKilledNamesTheMemoryLimit) {
   EXPECT_EQ(d.reason, "OOMKilled");
   ASSERT_EQ(d.signs.kind, PodSignKind::kCrash);
   EXPECT_EQ(d.signs.memory_limit, "128Mi");
-  RolloutFailure f = RolloutEvaluator::DescribeCrash(d.signs, "deployment \"web\"",
-                                                     "allocating 512 MiB\n");
+  RolloutFailure f =
+      RolloutEvaluator::DescribeCrash(d.signs, "deployment \"web\"", "allocating 512 MiB\n");
   EXPECT_EQ(f.error_kind, "deploy_crash");
   EXPECT_EQ(f.reason, "OOMKilled");
   EXPECT_EQ(f.details.reason, "OOMKilled");
@@ -399,8 +399,8 @@ TEST(RolloutFailures, FirstTerminationIsACrashWithoutPreviousInstance) {
 }
 
 TEST(RolloutFailures, OneRestartWithoutOomIsOnlyASign) {
-  json cs = ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:04Z"}}}}, Terminated(1, "Error"),
-                   1, false);
+  json cs = ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:04Z"}}}},
+                            Terminated(1, "Error"), 1, false);
   RolloutDecision d = RolloutEvaluator::Evaluate(
       Rolling(), RsList(), Pods({RealPod("web-new-1", cs, Conds(false), "Running")}), "app");
   EXPECT_EQ(d.phase, RolloutPhase::kInProgress);
@@ -409,7 +409,8 @@ TEST(RolloutFailures, OneRestartWithoutOomIsOnlyASign) {
 }
 
 TEST(RolloutFailures, ReadinessFailingIsPendingThenDescribedFromEvents) {
-  json cs = ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:02Z"}}}}, nullptr, 0, false);
+  json cs =
+      ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:02Z"}}}}, nullptr, 0, false);
   RolloutDecision d = RolloutEvaluator::Evaluate(
       Rolling(), RsList(), Pods({RealPod("web-new-1", cs, Conds(false), "Running")}), "app");
   EXPECT_EQ(d.phase, RolloutPhase::kInProgress);
@@ -467,14 +468,15 @@ TEST(RolloutFailures, ReadinessFailingIsPendingThenDescribedFromEvents) {
   EXPECT_NE(f.next_step.find("readiness probe"), std::string::npos);
 
   // events.k8s.io/v1 shape: regarding + note.
-  json v1 = {{"kind", "EventList"},
-             {"apiVersion", "events.k8s.io/v1"},
-             {"items",
-              json::array({{{"regarding", {{"kind", "Pod"}, {"name", "web-new-1"}}},
-                            {"reason", "Unhealthy"},
-                            {"note", "Readiness probe failed: HTTP probe failed with statuscode: 503"},
-                            {"eventTime", "2024-05-01T10:00:30.000000Z"},
-                            {"type", "Warning"}}})}};
+  json v1 = {
+      {"kind", "EventList"},
+      {"apiVersion", "events.k8s.io/v1"},
+      {"items",
+       json::array({{{"regarding", {{"kind", "Pod"}, {"name", "web-new-1"}}},
+                     {"reason", "Unhealthy"},
+                     {"note", "Readiness probe failed: HTTP probe failed with statuscode: 503"},
+                     {"eventTime", "2024-05-01T10:00:30.000000Z"},
+                     {"type", "Warning"}}})}};
   EXPECT_EQ(RolloutEvaluator::ProbeFailure(v1, "web-new-1"),
             "Readiness probe failed: HTTP probe failed with statuscode: 503");
   EXPECT_EQ(RolloutEvaluator::ProbeFailure(v1, "web-new-2"), "");
@@ -529,10 +531,11 @@ TEST(RolloutFailures, UnschedulableIsPending) {
 }
 
 TEST(RolloutFailures, HealthyRolloutHasNoSigns) {
-  json cs = ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:02Z"}}}}, nullptr, 0, true);
-  RolloutDecision d = RolloutEvaluator::Evaluate(
-      Dep(2, 2, 1, 1, 1, 1, 1), RsList(), Pods({RealPod("web-new-1", cs, Conds(true), "Running")}),
-      "app");
+  json cs =
+      ContainerStatus({{"running", {{"startedAt", "2024-05-01T10:00:02Z"}}}}, nullptr, 0, true);
+  RolloutDecision d =
+      RolloutEvaluator::Evaluate(Dep(2, 2, 1, 1, 1, 1, 1), RsList(),
+                                 Pods({RealPod("web-new-1", cs, Conds(true), "Running")}), "app");
   EXPECT_EQ(d.phase, RolloutPhase::kComplete);
   EXPECT_EQ(d.signs.kind, PodSignKind::kNone);
   EXPECT_FALSE(d.failing);
@@ -589,10 +592,10 @@ TEST(RolloutFailures, ApiErrorsSayNotYourCodeWithoutServerOrPaths) {
   EXPECT_NE(RolloutEvaluator::DescribeApiError("Unavailable", 0, "get", what, "", "", "")
                 .message.find("unreachable"),
             std::string::npos);
-  EXPECT_NE(RolloutEvaluator::DescribeApiError("Forbidden", 403, "patch", what, "deployments",
-                                               "apps", "")
-                .message.find("grant verb \"patch\" on \"deployments\" (apps)"),
-            std::string::npos);
+  EXPECT_NE(
+      RolloutEvaluator::DescribeApiError("Forbidden", 403, "patch", what, "deployments", "apps", "")
+          .message.find("grant verb \"patch\" on \"deployments\" (apps)"),
+      std::string::npos);
   EXPECT_EQ(RolloutEvaluator::DescribeApiError("NotFound", 404, "get", what, "", "", "").message,
             "deployments.apps \"web\" not found in namespace \"loop\".");
 }
