@@ -101,6 +101,12 @@ struct KubernetesDeploy {
   std::string container;
   std::optional<std::string> kubeconfig;  // null: in-cluster
   int rollout_timeout_s = 300;
+  // --- Issue 16: Kubernetes deploy failures say why ---
+  /// A new pod that runs but stays unready (readiness probe failing) or stays unschedulable
+  /// this long fails the deploy (deploy_unready / deploy_unschedulable) before the rollout
+  /// timeout. 1..86400; the rollout timeout still applies when it is shorter.
+  int unready_timeout_s = 60;
+  // --- end Issue 16 ---
 };
 
 struct LocalDeploy {

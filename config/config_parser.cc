@@ -844,7 +844,10 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
   }
   if (const json* k = Section(obj, "kubernetes", path, type == "kubernetes")) {
     const std::string p = Join(path, "kubernetes");
-    CheckKeys(*k, p, {"namespace", "deployment", "container", "kubeconfig", "rollout_timeout_s"});
+    CheckKeys(*k, p,
+              {"namespace", "deployment", "container", "kubeconfig", "rollout_timeout_s",
+               // Issue 16: Kubernetes deploy failures say why
+               "unready_timeout_s"});
     KubernetesDeploy kd;
     if (ReadString(*k, "namespace", p, true, &kd.namespace_) && !IsDnsName(kd.namespace_, false))
       Problem(Join(p, "namespace"), "must be a DNS-1123 label (lowercase [a-z0-9-], max 63)");
@@ -859,6 +862,9 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
       CheckFile(*kd.kubeconfig, Join(p, "kubeconfig"));
     }
     ReadInt(*k, "rollout_timeout_s", p, 1, 86400, &kd.rollout_timeout_s);
+    // --- Issue 16: Kubernetes deploy failures say why ---
+    ReadInt(*k, "unready_timeout_s", p, 1, 86400, &kd.unready_timeout_s);
+    // --- end Issue 16 ---
     out->kubernetes = kd;
   }
   if (const json* l = Section(obj, "local", path, false)) {

@@ -132,6 +132,7 @@ TEST_F(ConfigParserTest, ValidConfigParsesIntoStructs) {
   epp["build"]["layered"]["entrypoint"] = {"/app", "--flag"};
   epp["deploy"]["kubernetes"]["kubeconfig"] = auth_file_;
   epp["deploy"]["kubernetes"]["rollout_timeout_s"] = 45;
+  epp["deploy"]["kubernetes"]["unready_timeout_s"] = 20;  // Issue 16
   json& ranker = j["domains"]["ranker"];
   ranker["build"]["containerfile"] = {{"file", "build/Containerfile"},
                                       {"context", "src"},
@@ -189,6 +190,7 @@ TEST_F(ConfigParserTest, ValidConfigParsesIntoStructs) {
   EXPECT_EQ(e.deploy.kubernetes->container, "epp");
   EXPECT_EQ(e.deploy.kubernetes->kubeconfig, auth_file_);
   EXPECT_EQ(e.deploy.kubernetes->rollout_timeout_s, 45);
+  EXPECT_EQ(e.deploy.kubernetes->unready_timeout_s, 20);  // Issue 16
 
   const DomainConfig& k = c.domains.at("ranker");
   EXPECT_EQ(k.build.mode, "containerfile");
@@ -235,6 +237,7 @@ TEST_F(ConfigParserTest, OmittedOptionalSectionsGetDefaults) {
   EXPECT_EQ(k.deploy.local->health_path, "/healthz");
   EXPECT_FALSE(c.domains.at("epp").deploy.kubernetes->kubeconfig.has_value());
   EXPECT_EQ(c.domains.at("epp").deploy.kubernetes->rollout_timeout_s, 300);
+  EXPECT_EQ(c.domains.at("epp").deploy.kubernetes->unready_timeout_s, 60);  // Issue 16
 
   j["domains"]["ranker"].erase("deploy");
   Config c2;
@@ -513,6 +516,9 @@ TEST_F(ConfigParserTest, OutOfRangeLimitsAreRejectedAndBoundsAccepted) {
       {json::json_pointer("/domains/epp/build/timeout_s"), 1, 86400, "domains.epp.build.timeout_s"},
       {json::json_pointer("/domains/epp/deploy/kubernetes/rollout_timeout_s"), 1, 86400,
        "domains.epp.deploy.kubernetes.rollout_timeout_s"},
+      // Issue 16: Kubernetes deploy failures say why
+      {json::json_pointer("/domains/epp/deploy/kubernetes/unready_timeout_s"), 1, 86400,
+       "domains.epp.deploy.kubernetes.unready_timeout_s"},
       {json::json_pointer("/domains/ranker/deploy/local/port"), 1, 65535,
        "domains.ranker.deploy.local.port"},
   };

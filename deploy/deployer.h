@@ -10,7 +10,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "builder/cancel_token.h"
 #include "common/status.h"
@@ -31,6 +34,26 @@ enum class DeployState { kInProgress, kRolledOut, kFailed };
 /// Wire names: in_progress, rolled_out, failed.
 const char* DeployStateName(DeployState s);
 
+// --- Issue 16: classified deploy failures (filled by KubernetesDeployer) ---
+/// What the deploy target saw of the failing container; empty/unset fields are unknown.
+struct DeployFailureDetails {
+  std::string pod;        // the new pod the failure was seen on
+  std::string container;  // the deployed container
+  /// The container's termination reason ("OOMKilled", "Error", "Completed") or waiting reason
+  /// ("CrashLoopBackOff", "ImagePullBackOff", "Unschedulable", ...).
+  std::string reason;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::optional<int> restarts;  // restartCount
+  std::string memory_limit;     // the container's resources.limits.memory ("256Mi"), if any
+  /// The last lines of the crashed container's (previous) log: valid UTF-8, bounded (at most
+  /// 20 lines of at most 512 bytes each).
+  std::vector<std::string> log_tail;
+  std::string probe_message;          // "Readiness probe failed: ..." from the pod's Events
+  std::optional<int64_t> unready_ms;  // how long the pod has been running but not ready
+};
+// --- end Issue 16 ---
+
 struct DeployResult {
   DeployState state = DeployState::kFailed;
   /// Short machine-readable reason when failed: "ProgressDeadlineExceeded", "ImagePullBackOff",
@@ -44,7 +67,25 @@ struct DeployResult {
   /// an image that is already rolled out reports rolled_out with changed == false.
   bool changed = false;
   int64_t elapsed_ms = 0;
+  // --- Issue 16: classified deploy failures ---
+  /// When failed: "deploy_crash", "deploy_unready", "deploy_image", "deploy_unschedulable",
+  /// "deploy_timeout", "infrastructure" (not the agent's code), "superseded", "cancelled";
+  /// "" when not classified (other deployers) or not failed. `message` is then one sentence
+  /// naming the cause in the agent's terms (never a host path, API URL or credential).
+  std::string error_kind;
+  /// When failed and classified: one sentence saying what to do next.
+  std::string next_step;
+  DeployFailureDetails details;
+  // --- end Issue 16 ---
 };
+
+// --- Issue 16 ---
+/// The classified-failure fields of a failed result, for tool results: {"error", "error_kind",
+/// "next_step", "details": {...}} (details holds only the known fields: pod, container, reason,
+/// exit_code, signal, restarts, memory_limit, log_tail, probe_message, unready_ms). Empty object
+/// when the result is not failed or not classified (error_kind "").
+nlohmann::json DeployFailureJson(const DeployResult& r);
+// --- end Issue 16 ---
 
 /// Progress lines while a rollout runs ("2/3 replicas updated", "waiting for /healthz").
 using DeployProgressFn = std::function<void(const std::string& line)>;

@@ -145,6 +145,7 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
 Status KubeClient::ErrorFor(const Object& obj, const HttpClientResponse& resp,
                             KubeCallError* err) const {
   std::string msg = StatusMessage(resp.body);
+  if (err) err->api_message = msg;
   std::string reason = StatusReason(resp.body);
   const std::string what = obj.Describe();
   switch (resp.status) {
@@ -172,6 +173,10 @@ Status KubeClient::ErrorFor(const Object& obj, const HttpClientResponse& resp,
       SetErr(err, 422, "Invalid");
       return Status::InvalidArgument("Kubernetes rejected " + obj.verb + " " + what +
                                      " as invalid" + Quoted(msg));
+    case 400:  // e.g. pods/log?previous=true without a previous container
+      SetErr(err, 400, reason.empty() ? "BadRequest" : reason);
+      return Status::InvalidArgument("Kubernetes API " + server_ + " refused " + obj.verb + " " +
+                                     what + " (400)" + Quoted(msg));
     case 415:
       SetErr(err, 415, reason.empty() ? "UnsupportedMediaType" : reason);
       return Status::Internal("Kubernetes API " + server_ + " does not accept the " + obj.verb +
@@ -187,6 +192,7 @@ Status KubeClient::ErrorFor(const Object& obj, const HttpClientResponse& resp,
 Status KubeClient::Call(const Object& obj, const std::string& method, const std::string& target,
                         const std::string& content_type, const std::string& body,
                         nlohmann::json* out, KubeCallError* err) {
+  Describe(obj, err);
   if (obj.ns.empty()) return Status::InvalidArgument("no Kubernetes namespace given");
   HttpClientResponse resp;
   Status st = Send(method, target, content_type, body, &resp, err);
@@ -201,6 +207,49 @@ Status KubeClient::Call(const Object& obj, const std::string& method, const std:
   SetErr(err, resp.status, "");
   *out = std::move(j);
   return Status::Ok();
+}
+
+void KubeClient::Describe(const Object& obj, KubeCallError* err) {
+  if (!err) return;
+  err->verb = obj.verb;
+  err->resource = obj.resource;
+  err->group = obj.group;
+  err->what = obj.Describe();
+  err->api_message.clear();
+}
+
+Status KubeClient::CallText(const Object& obj, const std::string& target, std::string* out,
+                            KubeCallError* err) {
+  Describe(obj, err);
+  if (obj.ns.empty()) return Status::InvalidArgument("no Kubernetes namespace given");
+  HttpClientResponse resp;
+  Status st = Send("GET", target, "", "", &resp, err);
+  if (!st.ok()) return st;
+  if (resp.status != 200) return ErrorFor(obj, resp, err);
+  SetErr(err, resp.status, "");
+  *out = std::move(resp.body);
+  return Status::Ok();
+}
+
+Status KubeClient::GetPodLog(const std::string& ns, const std::string& pod,
+                             const std::string& container, bool previous, int tail_lines,
+                             int64_t limit_bytes, std::string* out, KubeCallError* err) {
+  Object obj{"get", "pods/log", "", pod, ns};
+  return CallText(
+      obj,
+      "/api/v1/namespaces/" + UrlEncode(ns) + "/pods/" + UrlEncode(pod) +
+          "/log?container=" + UrlEncode(container) + "&previous=" + (previous ? "true" : "false") +
+          "&tailLines=" + std::to_string(tail_lines) + "&limitBytes=" + std::to_string(limit_bytes),
+      out, err);
+}
+
+Status KubeClient::ListEvents(const std::string& ns, const std::string& name, nlohmann::json* out,
+                              KubeCallError* err) {
+  Object obj{"list", "events", "", "", ns};
+  return Call(obj, "GET",
+              "/api/v1/namespaces/" + UrlEncode(ns) +
+                  "/events?fieldSelector=" + UrlEncode("involvedObject.name=" + name),
+              "", "", out, err);
 }
 
 Status KubeClient::GetDeployment(const std::string& ns, const std::string& name,

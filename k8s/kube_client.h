@@ -4,6 +4,11 @@
 //   PATCH /apis/apps/v1/namespaces/{ns}/deployments/{name}  (strategic merge patch)
 //   GET   /api/v1/namespaces/{ns}/pods?labelSelector=...
 //   GET   /apis/apps/v1/namespaces/{ns}/replicasets?labelSelector=...
+//   GET   /api/v1/namespaces/{ns}/pods/{pod}/log?container=&previous=&tailLines=&limitBytes=
+//   GET   /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name=<pod>
+// The Status messages name the API server and the kubeconfig: they are for kiln's log and the
+// operator. What the agent sees is built from KubeCallError (reason, status, the object) by
+// RolloutEvaluator::DescribeApiError, never from these messages.
 // Error answers become clear Status errors that name the object (and, for 403, the missing
 // RBAC permission) and quote the message of the API's Status object. 5xx, 429 and connection
 // errors are retried with exponential backoff and jitter; after a 401 a file-backed token is
@@ -41,6 +46,12 @@ struct KubeCallError {
   /// The Kubernetes Status reason ("Unauthorized", "Forbidden", "NotFound", "Conflict",
   /// "Invalid", ...) or kiln's: "Unavailable" (unreachable, 5xx), "TLSError", "BadResponse".
   std::string reason;
+  // --- Issue 16: what the call was about, for agent-facing wording without the server ---
+  std::string verb;         // "get", "list", "patch"
+  std::string resource;     // "deployments", "pods", "pods/log", "events"
+  std::string group;        // "apps" or "" (core)
+  std::string what;         // 'deployments.apps "web" in namespace "loop"'
+  std::string api_message;  // the API's Status message ("" when none)
 };
 
 class KubeClient {
@@ -67,6 +78,16 @@ class KubeClient {
                   KubeCallError* err = nullptr);
   Status ListReplicaSets(const std::string& ns, const std::string& selector, nlohmann::json* out,
                          KubeCallError* err = nullptr);
+  // --- Issue 16 ---
+  /// The last `tail_lines` lines (at most `limit_bytes`) of a container's log, the previous
+  /// instance's when `previous`. The API answers 400 BadRequest (err->reason "BadRequest")
+  /// when there is no previous instance, 404 for an unknown pod.
+  Status GetPodLog(const std::string& ns, const std::string& pod, const std::string& container,
+                   bool previous, int tail_lines, int64_t limit_bytes, std::string* out,
+                   KubeCallError* err = nullptr);
+  /// EventList (core/v1) of the object named `name` (fieldSelector involvedObject.name).
+  Status ListEvents(const std::string& ns, const std::string& name, nlohmann::json* out,
+                    KubeCallError* err = nullptr);
 
   /// "https://host:port" of the API server.
   const std::string& server() const { return server_; }
@@ -84,6 +105,10 @@ class KubeClient {
   Status Call(const Object& obj, const std::string& method, const std::string& target,
               const std::string& content_type, const std::string& body, nlohmann::json* out,
               KubeCallError* err);
+  // Call() for a text answer (pods/log).
+  Status CallText(const Object& obj, const std::string& target, std::string* out,
+                  KubeCallError* err);
+  static void Describe(const Object& obj, KubeCallError* err);
   Status Send(const std::string& method, const std::string& target, const std::string& content_type,
               const std::string& body, HttpClientResponse* resp, KubeCallError* err);
   Status ErrorFor(const Object& obj, const HttpClientResponse& resp, KubeCallError* err) const;

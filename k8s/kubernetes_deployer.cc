@@ -106,8 +106,113 @@ DeployResult KubernetesDeployer::Fail(const std::string& reason, const std::stri
   DeployResult r;
   r.state = DeployState::kFailed;
   r.reason = reason;
-  r.message = message;
+  r.message = Redact(message);
+  // Issue 16: the kinds of kiln's own failures.
+  if (reason == "Cancelled") {
+    r.error_kind = "cancelled";
+    r.next_step = "Nothing to fix: the deploy was cancelled (a newer deploy or a shutdown).";
+  } else if (reason == "Superseded") {
+    r.error_kind = "superseded";
+    r.next_step = "Nothing to fix in your code: someone else changed the Deployment; deploy again.";
+  } else if (reason == "Timeout") {
+    r.error_kind = "deploy_timeout";
+    r.next_step =
+        "The rollout did not finish in time without a visible error: check that the program "
+        "starts and answers quickly, then deploy again.";
+  } else {
+    r.error_kind = "infrastructure";
+    r.next_step =
+        "This is not your code: kiln's deploy target is misconfigured; tell kiln's operator.";
+  }
   return r;
+}
+
+DeployResult KubernetesDeployer::Classified(RolloutFailure f) const {
+  DeployResult r;
+  r.state = DeployState::kFailed;
+  r.reason = std::move(f.reason);
+  r.message = Redact(std::move(f.message));
+  r.error_kind = std::move(f.error_kind);
+  r.next_step = Redact(std::move(f.next_step));
+  r.details = std::move(f.details);
+  for (auto& l : r.details.log_tail) l = Redact(std::move(l));
+  r.details.probe_message = Redact(std::move(r.details.probe_message));
+  return r;
+}
+
+DeployResult KubernetesDeployer::ApiFailure(const KubeCallError& err, const Status& st,
+                                            const char* during) const {
+  spdlog::warn("kubernetes deploy of deployment {} in namespace {}: {}: {}", cfg_.deployment, ns_,
+               during, st.message());
+  KubeCallError e = err;
+  if (e.reason.empty()) e.reason = ReasonFor(err, st);
+  return Classified(RolloutEvaluator::DescribeApiError(e.reason, e.http_status, e.verb, e.what,
+                                                       e.resource, e.group, e.api_message));
+}
+
+std::string KubernetesDeployer::Redact(std::string s) const {
+  std::vector<std::pair<std::string, std::string>> needles;
+  if (client_) {
+    needles.emplace_back(client_->server(), "the Kubernetes API");
+    HttpOrigin o;
+    std::string rest;
+    if (ParseHttpUrl(client_->server(), &o, &rest) && !o.host.empty()) {
+      // host:port only: the bare host may also be the registry's (an image reference).
+      needles.emplace_back(o.host + ":" + o.port, "the Kubernetes API");
+    }
+  }
+  if (cfg_.kubeconfig && !cfg_.kubeconfig->empty())
+    needles.emplace_back(*cfg_.kubeconfig, "kiln's kubeconfig");
+  needles.emplace_back("/var/run/secrets/kubernetes.io/serviceaccount", "kiln's service account");
+  for (const auto& [needle, with] : needles) {
+    for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + with.size()))
+      s.replace(p, needle.size(), with);
+  }
+  return s;
+}
+
+DeployResult KubernetesDeployer::DescribeSigns(const PodSigns& s, int64_t pending_ms) {
+  const std::string what = "deployment \"" + cfg_.deployment + "\"";
+  switch (s.kind) {
+    case PodSignKind::kCrash: {
+      std::string log;
+      KubeCallError err;
+      const int lines = std::max(1, opts_.log_tail_lines);
+      Status st = client_->GetPodLog(ns_, s.pod, s.container, s.previous, lines,
+                                     opts_.log_limit_bytes, &log, &err);
+      if (!st.ok() && s.previous && err.http_status == 400) {
+        // No previous instance after all (the API answers 400): the current one's log.
+        err = KubeCallError();
+        st = client_->GetPodLog(ns_, s.pod, s.container, false, lines, opts_.log_limit_bytes, &log,
+                                &err);
+      }
+      if (!st.ok()) {
+        spdlog::warn("kubernetes deploy: cannot read the log of pod {} container {}: {}", s.pod,
+                     s.container, st.message());
+        log.clear();
+      }
+      return Classified(RolloutEvaluator::DescribeCrash(s, what, log));
+    }
+    case PodSignKind::kImage:
+      return Classified(RolloutEvaluator::DescribeImage(s, what));
+    case PodSignKind::kConfig:
+      return Classified(RolloutEvaluator::DescribeConfig(s, what));
+    case PodSignKind::kUnready: {
+      json events;
+      KubeCallError err;
+      Status st = client_->ListEvents(ns_, s.pod, &events, &err);
+      if (!st.ok()) {
+        spdlog::warn("kubernetes deploy: cannot list the events of pod {}: {}", s.pod,
+                     st.message());
+        events = json::object();
+      }
+      return Classified(RolloutEvaluator::DescribeUnready(s, what, events, pending_ms));
+    }
+    case PodSignKind::kUnschedulable:
+      return Classified(RolloutEvaluator::DescribeUnschedulable(s, what, pending_ms));
+    default:
+      return Fail("Unknown", what + " failed");
+  }
 }
 
 bool KubernetesDeployer::SleepOrCancel(std::chrono::milliseconds d, const CancelToken* cancel) {
@@ -136,10 +241,10 @@ bool KubernetesDeployer::Observe(json* dep, RolloutDecision* decision, DeployRes
   if (st.ok()) st = client_->ListReplicaSets(ns_, selector, &rss, &err);
   if (st.ok()) st = client_->ListPods(ns_, selector, &pods, &err);
   if (!st.ok()) {
-    *fail = Fail(ReasonFor(err, st), st.message());
+    *fail = ApiFailure(err, st, "observing the rollout");
     return false;
   }
-  *decision = RolloutEvaluator::Evaluate(*dep, rss, pods);
+  *decision = RolloutEvaluator::Evaluate(*dep, rss, pods, cfg_.container);
   return true;
 }
 
@@ -159,7 +264,12 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
-  if (!init_.ok()) return done(Fail("Config", init_.message()), false);
+  if (!init_.ok()) {
+    spdlog::warn("kubernetes deploy for deployment {}: configuration unusable: {}", cfg_.deployment,
+                 init_.message());
+    return done(Classified(RolloutEvaluator::DescribeApiError("Config", 0, "", "", "", "", "")),
+                false);
+  }
   const std::string what = "deployment \"" + cfg_.deployment + "\" in namespace \"" + ns_ + "\"";
   if (req.image.empty()) return done(Fail("Invalid", "no image to deploy"), false);
   if (cancel && cancel->cancelled())
@@ -169,7 +279,7 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
   json dep;
   KubeCallError err;
   Status st = client_->GetDeployment(ns_, cfg_.deployment, &dep, &err);
-  if (!st.ok()) return done(Fail(ReasonFor(err, st), st.message()), false);
+  if (!st.ok()) return done(ApiFailure(err, st, "reading the Deployment"), false);
   std::string current, names;
   if (!ContainerImage(dep, cfg_.container, &current, &names))
     return done(
@@ -210,7 +320,7 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
     st = client_->PatchDeployment(ns_, cfg_.deployment, patch, &patched, &err);
     if (st.ok()) break;
     if (err.reason != "Conflict" || attempt + 1 >= tries)
-      return done(Fail(ReasonFor(err, st), st.message()), false);
+      return done(ApiFailure(err, st, "patching the Deployment"), false);
     spdlog::info("kubernetes deploy {}: 409 Conflict patching {}, retrying", req.deploy_id, what);
     if (SleepOrCancel(opts_.conflict_backoff * (attempt + 1), cancel))
       return done(Fail("Cancelled", "deploy cancelled while retrying a conflicting patch"), false);
@@ -221,7 +331,17 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
 
   // 4. Follow the rollout.
   std::string last_line;
-  Status last_transient;  // the error of the last poll; OK once a poll succeeds again
+  Status last_transient;   // the error of the last poll; OK once a poll succeeds again
+  DeployResult last_fail;  // that poll's classified failure
+  const auto unready_timeout =
+      opts_.unready_timeout ? *opts_.unready_timeout
+                            : std::chrono::milliseconds(int64_t{cfg_.unready_timeout_s} * 1000);
+  // A pending sign (unready / unschedulable) and since when kiln has seen it on that pod.
+  PodSigns pending;
+  Clock::time_point pending_since{};
+  auto pending_ms = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t - pending_since).count();
+  };
   for (;;) {
     if (cancel && cancel->cancelled())
       return done(Fail("Cancelled", "deploy cancelled while " + what + " was rolling out" +
@@ -232,6 +352,17 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
     json now;
     const bool observed = Observe(&now, &d, &fail);
     last_transient = observed ? Status::Ok() : Status::Unavailable(fail.message);
+    if (!observed) last_fail = fail;
+    const auto now_t = Clock::now();
+    if (observed) {
+      const PodSignKind k = d.signs.kind;
+      if (k == PodSignKind::kUnready || k == PodSignKind::kUnschedulable) {
+        if (pending.kind != k || pending.pod != d.signs.pod) pending_since = now_t;
+        pending = d.signs;
+      } else {
+        pending = PodSigns();
+      }
+    }
     if (!observed) {
       if (fail.reason != "Unavailable") return done(fail, true);  // else poll until the deadline
     } else if (Generation(now) > generation && generation > 0) {
@@ -248,40 +379,85 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
       say("rolled out: " + d.progress);
       return done(r, true);
     } else if (d.phase == RolloutPhase::kFailed) {
-      return done(Fail(d.reason, what + ": " + d.message), true);
+      if (d.signs.kind == PodSignKind::kCrash || d.signs.kind == PodSignKind::kImage ||
+          d.signs.kind == PodSignKind::kConfig)
+        return done(DescribeSigns(d.signs, 0), true);
+      if (pending.kind != PodSignKind::kNone) {  // ProgressDeadlineExceeded: say why
+        DeployResult r = DescribeSigns(pending, pending_ms(now_t));
+        r.reason = d.reason;
+        r.message = Redact(what + ": " + d.message + ": " + r.message);
+        return done(r, true);
+      }
+      DeployResult r = Fail(d.reason, what + ": " + d.message);
+      r.error_kind = "deploy_timeout";
+      r.next_step =
+          "The new pods never became available: check the program starts and serves quickly, "
+          "then build and deploy again.";
+      return done(r, true);
+    } else if (pending.kind != PodSignKind::kNone && now_t - pending_since >= unready_timeout) {
+      return done(DescribeSigns(pending, pending_ms(now_t)), true);
     } else if (d.progress != last_line) {
       last_line = d.progress;
       say(d.progress);
     }
-    auto now_t = Clock::now();
     if (now_t >= deadline) {
       std::string limit = timeout.count() % 1000 == 0
                               ? std::to_string(timeout.count() / 1000) + " s"
                               : std::to_string(timeout.count()) + " ms";
       // The API still failing at the deadline is the news, not the last progress seen.
       if (!last_transient.ok()) {
+        spdlog::warn("kubernetes deploy {}: {} did not finish rolling out within {}: {}",
+                     req.deploy_id, what, limit, last_transient.message());
+        DeployResult r = last_fail;
         const std::string seen = last_line.empty() ? "" : " (last seen: " + last_line + ")";
-        return done(Fail("Unavailable", what + " did not finish rolling out within " + limit +
-                                            ": " + last_transient.message() + seen),
-                    true);
+        if (!r.message.empty() && r.message.back() == '.') r.message.pop_back();
+        r.message =
+            what + " did not finish rolling out within " + limit + ": " + r.message + seen + ".";
+        return done(r, true);
+      }
+      if (pending.kind != PodSignKind::kNone) {  // the deadline first: the same classified failure
+        DeployResult r = DescribeSigns(pending, pending_ms(now_t));
+        r.reason = "Timeout";
+        r.message = what + " did not finish rolling out within " + limit + ": " + r.message;
+        return done(r, true);
       }
       return done(Fail("Timeout", what + " did not finish rolling out within " + limit +
                                       (last_line.empty() ? "" : ": " + last_line)),
                   true);
     }
+    auto interval = d.failing ? std::min(opts_.poll_interval, opts_.failing_poll_interval)
+                              : opts_.poll_interval;
     auto wait = std::min<std::chrono::milliseconds>(
-        opts_.poll_interval,
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now_t) +
-            std::chrono::milliseconds(1));
+        interval, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now_t) +
+                      std::chrono::milliseconds(1));
     if (SleepOrCancel(wait, cancel)) continue;  // the loop head reports the cancellation
   }
 }
 
 Status KubernetesDeployer::Current(std::string* image) {
-  if (!init_.ok()) return init_;
+  if (!init_.ok()) {
+    spdlog::warn("kubernetes deployment {}: configuration unusable: {}", cfg_.deployment,
+                 init_.message());
+    return Status::FailedPrecondition(
+        RolloutEvaluator::DescribeApiError("Config", 0, "", "", "", "", "").message);
+  }
   json dep;
-  Status st = client_->GetDeployment(ns_, cfg_.deployment, &dep);
-  if (!st.ok()) return st;
+  KubeCallError err;
+  Status st = client_->GetDeployment(ns_, cfg_.deployment, &dep, &err);
+  if (!st.ok()) {
+    // Same code, the agent's wording (no API URL or kubeconfig path); full text to the log.
+    DeployResult f = ApiFailure(err, st, "reading the current image");
+    switch (st.code()) {
+      case Status::Code::kNotFound:
+        return Status::NotFound(f.message);
+      case Status::Code::kPermissionDenied:
+        return Status::PermissionDenied(f.message);
+      case Status::Code::kUnavailable:
+        return Status::Unavailable(f.message);
+      default:
+        return Status::FailedPrecondition(f.message);
+    }
+  }
   std::string names;
   if (!ContainerImage(dep, cfg_.container, image, &names))
     return Status::NotFound("container \"" + cfg_.container + "\" not found in deployment \"" +

@@ -118,6 +118,15 @@ class FakeApiTest : public ::testing::Test {
                    {"allow",
                     {{"deployments.apps", {"get", "patch"}},
                      {"replicasets.apps", {"list"}},
+                     {"pods", {"list"}},
+                     {"pods/log", {"get"}},
+                     {"events", {"list"}}}}}},
+                 // Issue 16: kiln's Role before pods/log and events were granted.
+                 {"no-log-token",
+                  {{"user", kUser},
+                   {"allow",
+                    {{"deployments.apps", {"get", "patch"}},
+                     {"replicasets.apps", {"list"}},
                      {"pods", {"list"}}}}}},
                  {"read-only-token",
                   {{"user", kUser},
@@ -216,7 +225,7 @@ class FakeApiTest : public ::testing::Test {
   }
 
   void Seed(int replicas = 2, int progress_deadline_s = 600, const std::string& name = "web",
-            const std::string& image = "") {
+            const std::string& image = "", const std::string& memory_limit = "") {
     json dep = {
         {"metadata", {{"name", name}, {"namespace", "loop"}, {"labels", {{"app", name}}}}},
         {"spec",
@@ -230,6 +239,9 @@ class FakeApiTest : public ::testing::Test {
                json::array(
                    {{{"name", "app"}, {"image", image.empty() ? Image("loop/app", kHexA) : image}},
                     {{"name", "sidecar"}, {"image", "127.0.0.1:5000/proxy:1"}}})}}}}}}}};
+    if (!memory_limit.empty())
+      dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+          {"limits", {{"memory", memory_limit}}}};
     int status = 0;
     Fake("POST", "/_fake/state", {{"deployments", json::array({dep})}}, &status);
     ASSERT_EQ(status, 200);
@@ -295,6 +307,19 @@ class FakeApiTest : public ::testing::Test {
 
 void ExpectNoSecret(const DeployResult& r, const std::string& secret) {
   EXPECT_EQ(r.message.find(secret), std::string::npos) << r.message;
+}
+
+// Issue 16: nothing the agent sees names the kubeconfig path, the API server's URL or address.
+void ExpectNoLeak(const DeployResult& r, const std::string& kubeconfig, int port) {
+  std::vector<std::string> texts = {r.message, r.next_step, r.details.probe_message,
+                                    r.details.reason};
+  for (const auto& l : r.details.log_tail) texts.push_back(l);
+  for (const auto& t : texts) {
+    EXPECT_EQ(t.find(kubeconfig), std::string::npos) << t;
+    EXPECT_EQ(t.find("https://127.0.0.1"), std::string::npos) << t;
+    EXPECT_EQ(t.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << t;
+    EXPECT_EQ(t.find("serviceaccount"), std::string::npos) << t;
+  }
 }
 
 TEST_F(FakeApiTest, SuccessfulRolloutFollowsGenerationsAndAnnotates) {
@@ -374,6 +399,10 @@ TEST_F(FakeApiTest, ProgressDeadlineExceeded) {
   EXPECT_EQ(r.state, DeployState::kFailed);
   EXPECT_EQ(r.reason, "ProgressDeadlineExceeded") << r.message;
   EXPECT_NE(r.message.find("has timed out progressing"), std::string::npos) << r.message;
+  // Issue 16: and why: the pod runs but its readiness probe fails (from its Events).
+  EXPECT_EQ(r.error_kind, "deploy_unready") << r.message;
+  EXPECT_EQ(r.details.probe_message,
+            "Readiness probe failed: HTTP probe failed with statuscode: 503");
   EXPECT_TRUE(r.changed);
   EXPECT_GE(r.elapsed_ms, 1000);
   json after = Stored();
@@ -396,6 +425,9 @@ TEST_F(FakeApiTest, ImagePullBackOffReportsReasonAndPodMessage) {
       << r.message;
   EXPECT_NE(r.message.find("pod \"web-"), std::string::npos) << r.message;
   EXPECT_NE(r.message.find("container \"app\""), std::string::npos) << r.message;
+  EXPECT_EQ(r.error_kind, "deploy_image");  // Issue 16
+  EXPECT_NE(r.next_step.find("not your code"), std::string::npos) << r.next_step;
+  EXPECT_EQ(r.details.reason, "ImagePullBackOff");
 }
 
 TEST_F(FakeApiTest, ErrImagePullAndCrashLoopBackOff) {
@@ -422,6 +454,8 @@ TEST_F(FakeApiTest, WrongTokenIsUnauthorized) {
   EXPECT_NE(r.message.find("rejected kiln's credential (401 Unauthorized)"), std::string::npos)
       << r.message;
   EXPECT_NE(r.message.find("deployments.apps \"web\" in namespace \"loop\""), std::string::npos);
+  EXPECT_EQ(r.error_kind, "infrastructure");
+  ExpectNoLeak(r, (dir_ / "kubeconfig").string(), port_);
   ExpectNoSecret(r, "not-a-known-token");
   EXPECT_FALSE(r.changed);
   std::string image;
@@ -440,10 +474,8 @@ TEST_F(FakeApiTest, MissingPermissionNamesTheVerb) {
   EXPECT_NE(r.message.find("kiln may not patch deployments.apps \"web\" in namespace \"loop\""),
             std::string::npos)
       << r.message;
-  EXPECT_NE(r.message.find("User \"system:serviceaccount:loop:kiln\" cannot patch resource "
-                           "\"deployments\" in API group \"apps\""),
-            std::string::npos)
-      << r.message;
+  // Issue 16: the API's wording (kiln's identity) goes to the log, not to the agent.
+  EXPECT_EQ(r.message.find("system:serviceaccount"), std::string::npos) << r.message;
   EXPECT_NE(r.message.find("grant verb \"patch\" on \"deployments\" (apps)"), std::string::npos)
       << r.message;
   ExpectNoSecret(r, "read-only-token");
@@ -507,10 +539,12 @@ TEST_F(FakeApiTest, ServerErrorsAreRetriedWithBackoff) {
   std::string image;
   Status st = d->Current(&image);
   EXPECT_EQ(st.code(), Status::Code::kUnavailable);
-  EXPECT_NE(st.message().find("returned 500 for GET /apis/apps/v1/namespaces/loop/deployments/web: "
-                              "injected error 500"),
+  // Issue 16: in the agent's terms, without the server's URL (the full text is logged).
+  EXPECT_NE(st.message().find("the Kubernetes API is failing (HTTP 500) for get "
+                              "deployments.apps \"web\""),
             std::string::npos)
       << st.message();
+  EXPECT_EQ(st.message().find("127.0.0.1"), std::string::npos) << st.message();
 }
 
 TEST_F(FakeApiTest, PersistentConflictFails) {
@@ -572,8 +606,11 @@ TEST_F(FakeApiTest, InClusterTokenIsReReadAfterRotation) {
   WriteTokens();
   r = d.Deploy(Request(Image("loop/app", kHexB), "3"), nullptr, nullptr);
   EXPECT_EQ(r.reason, "Unauthorized");
-  EXPECT_NE(r.message.find("token file " + (sa / "token").string()), std::string::npos)
+  // Issue 16: the token file's path stays in kiln's log; the agent learns it is not its code.
+  EXPECT_NE(r.message.find("rejected kiln's credential (401 Unauthorized)"), std::string::npos)
       << r.message;
+  EXPECT_EQ(r.message.find((sa / "token").string()), std::string::npos) << r.message;
+  EXPECT_EQ(r.error_kind, "infrastructure");
   ExpectNoSecret(r, "revoked-token");
 }
 
@@ -622,6 +659,9 @@ TEST_F(FakeApiTest, TimeoutAndCancel) {
   EXPECT_EQ(r.reason, "Timeout") << r.message;
   EXPECT_NE(r.message.find("did not finish rolling out within 800 ms"), std::string::npos)
       << r.message;
+  // Issue 16: the deadline came before unready_timeout_s: the same classified failure.
+  EXPECT_EQ(r.error_kind, "deploy_unready") << r.message;
+  EXPECT_NE(r.message.find("running but not ready"), std::string::npos) << r.message;
   EXPECT_GE(r.elapsed_ms, 800);
 
   auto d2 = Deployer();
@@ -678,6 +718,165 @@ TEST_F(FakeApiTest, UnreachableServerIsUnavailableAfterRetries) {
   EXPECT_EQ(r.state, DeployState::kFailed);
   EXPECT_EQ(r.reason, "Unavailable");
   EXPECT_NE(r.message.find("unreachable"), std::string::npos) << r.message;
+  EXPECT_EQ(r.error_kind, "infrastructure");  // Issue 16
+  EXPECT_NE(r.next_step.find("not your code"), std::string::npos) << r.next_step;
+  ExpectNoLeak(r, (dir_ / "kubeconfig").string(), port_);
+}
+
+// --- Issue 16: Kubernetes deploy failures say why ---
+
+bool ValidUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Requests the fake answered for `path_part` (e.g. "/log"), as {code, ...}.
+std::vector<int> CodesFor(const json& reqs, const std::string& path_part) {
+  std::vector<int> codes;
+  for (const auto& q : reqs)
+    if (q["path"].get<std::string>().find(path_part) != std::string::npos)
+      codes.push_back(q["code"].get<int>());
+  return codes;
+}
+
+TEST_F(FakeApiTest, CrashLoopReportsExitCodeRestartsAndPreviousLog) {
+  StartFake();
+  Seed(1);
+  auto d = Deployer();
+  DeployResult r = d->Deploy(Request(Image("loop/crash", kHexB)), nullptr, nullptr);
+  ASSERT_EQ(r.state, DeployState::kFailed);
+  EXPECT_EQ(r.reason, "CrashLoopBackOff") << r.message;
+  EXPECT_EQ(r.error_kind, "deploy_crash") << r.message;
+  EXPECT_EQ(r.details.exit_code, 1);
+  EXPECT_EQ(r.details.reason, "Error");
+  ASSERT_TRUE(r.details.restarts.has_value());
+  EXPECT_GE(*r.details.restarts, 1);
+  EXPECT_EQ(r.details.container, "app");
+  EXPECT_EQ(r.details.pod.rfind("web-", 0), 0u) << r.details.pod;
+  EXPECT_NE(r.message.find("exited with code 1"), std::string::npos) << r.message;
+  // The last 20 lines of the previous container's log, valid UTF-8 (the fake's log has a byte
+  // that is not).
+  ASSERT_EQ(r.details.log_tail.size(), 20u);
+  EXPECT_EQ(r.details.log_tail.back(),
+            "panic: open /etc/app/config.yaml: no such file or directory");
+  EXPECT_EQ(r.details.log_tail.front(), "app: init step 11 ok");
+  EXPECT_EQ(r.details.log_tail[18], "listening on :8080 \xef\xbf\xbd");
+  for (const auto& l : r.details.log_tail) EXPECT_TRUE(ValidUtf8(l)) << l;
+  EXPECT_NE(r.next_step.find("log_tail"), std::string::npos) << r.next_step;
+  ExpectNoLeak(r, (dir_ / "kubeconfig").string(), port_);
+  // Read with previous=true from the real path, answered 200.
+  json reqs = Fake("GET", "/_fake/stats")["requests"];
+  EXPECT_EQ(CodesFor(reqs, "/pods/" + r.details.pod + "/log"), std::vector<int>{200})
+      << reqs.dump();
+}
+
+TEST_F(FakeApiTest, OomKilledNamesTheMemoryLimit) {
+  StartFake();
+  Seed(1, 600, "web", "", "128Mi");
+  auto d = Deployer();
+  DeployResult r = d->Deploy(Request(Image("loop/oom", kHexB)), nullptr, nullptr);
+  ASSERT_EQ(r.state, DeployState::kFailed);
+  EXPECT_EQ(r.reason, "OOMKilled") << r.message;
+  EXPECT_EQ(r.error_kind, "deploy_crash");
+  EXPECT_EQ(r.details.reason, "OOMKilled");
+  EXPECT_EQ(r.details.exit_code, 137);
+  EXPECT_EQ(r.details.memory_limit, "128Mi");
+  EXPECT_NE(r.message.find("OOMKilled, memory limit 128Mi"), std::string::npos) << r.message;
+  EXPECT_NE(r.next_step.find("128Mi"), std::string::npos) << r.next_step;
+  EXPECT_EQ(r.details.log_tail,
+            (std::vector<std::string>{"loading model weights", "allocating 2048 MiB cache"}));
+  ExpectNoLeak(r, (dir_ / "kubeconfig").string(), port_);
+}
+
+TEST_F(FakeApiTest, ReadinessFailureFailsAfterUnreadyTimeoutWithProbeMessage) {
+  StartFake();
+  Seed(1);
+  KubernetesDeployerOptions o = Options();
+  o.unready_timeout = std::chrono::milliseconds(1000);
+  auto d = Deployer("good-token", "web", "app", o);
+  DeployResult r = d->Deploy(Request(Image("loop/unready", kHexB)), nullptr, nullptr);
+  ASSERT_EQ(r.state, DeployState::kFailed);
+  EXPECT_EQ(r.reason, "Unready") << r.message;
+  EXPECT_EQ(r.error_kind, "deploy_unready");
+  ASSERT_TRUE(r.details.unready_ms.has_value());
+  EXPECT_GE(*r.details.unready_ms, 1000);
+  EXPECT_EQ(r.details.probe_message,
+            "Readiness probe failed: Get \"http://<pod IP>:8080/healthz\": dial tcp <pod IP>:8080: "
+            "connect: connection refused");
+  EXPECT_NE(r.message.find("is running but not ready after"), std::string::npos) << r.message;
+  EXPECT_EQ(r.message.find("10.244."), std::string::npos) << r.message;
+  EXPECT_NE(r.next_step.find("readiness probe"), std::string::npos) << r.next_step;
+  ExpectNoLeak(r, (dir_ / "kubeconfig").string(), port_);
+  json reqs = Fake("GET", "/_fake/stats")["requests"];
+  EXPECT_FALSE(CodesFor(reqs, "/namespaces/loop/events").empty()) << reqs.dump();
+}
+
+TEST_F(FakeApiTest, UnschedulablePodFailsAfterUnreadyTimeout) {
+  StartFake();
+  Seed(1);
+  KubernetesDeployerOptions o = Options();
+  o.unready_timeout = std::chrono::milliseconds(500);
+  auto d = Deployer("good-token", "web", "app", o);
+  DeployResult r = d->Deploy(Request(Image("loop/unschedulable", kHexB)), nullptr, nullptr);
+  ASSERT_EQ(r.state, DeployState::kFailed);
+  EXPECT_EQ(r.reason, "Unschedulable") << r.message;
+  EXPECT_EQ(r.error_kind, "deploy_unschedulable");
+  EXPECT_NE(r.message.find("3 Insufficient memory"), std::string::npos) << r.message;
+  EXPECT_NE(r.next_step.find("not your code"), std::string::npos);
+}
+
+TEST_F(FakeApiTest, CrashWithoutLogPermissionIsStillClassified) {
+  StartFake();
+  Seed(1);
+  auto d = Deployer("no-log-token");
+  DeployResult r = d->Deploy(Request(Image("loop/crash", kHexB)), nullptr, nullptr);
+  ASSERT_EQ(r.state, DeployState::kFailed);
+  EXPECT_EQ(r.error_kind, "deploy_crash");
+  EXPECT_EQ(r.details.exit_code, 1);
+  EXPECT_TRUE(r.details.log_tail.empty());
+  EXPECT_EQ(r.next_step.find("log_tail"), std::string::npos) << r.next_step;
+  json reqs = Fake("GET", "/_fake/stats")["requests"];
+  EXPECT_EQ(CodesFor(reqs, "/log"), std::vector<int>{403}) << reqs.dump();
+}
+
+TEST_F(FakeApiTest, PodLogAndEventsAnswerAsTheApiDoes) {
+  StartFake();
+  Seed(1);
+  KubeConfig kc;
+  ASSERT_TRUE(LoadKubeconfig(Kubeconfig("    token: good-token\n"), "", &kc).ok());
+  std::unique_ptr<KubeClient> c;
+  ASSERT_TRUE(KubeClient::Create(kc, {}, &c).ok());
+  json pods;
+  ASSERT_TRUE(c->ListPods("loop", "app=web", &pods).ok());
+  ASSERT_EQ(pods["items"].size(), 1u);
+  const std::string pod = pods["items"][0]["metadata"]["name"];
+  std::string log;
+  KubeCallError err;
+  // A running container: its log; previous=true without a restart: 400 BadRequest.
+  ASSERT_TRUE(c->GetPodLog("loop", pod, "app", false, 20, 4096, &log, &err).ok());
+  EXPECT_EQ(log, "serving on :8080\n");
+  Status st = c->GetPodLog("loop", pod, "app", true, 20, 4096, &log, &err);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(err.http_status, 400);
+  EXPECT_EQ(err.reason, "BadRequest");
+  EXPECT_NE(err.api_message.find("previous terminated container \"app\""), std::string::npos)
+      << err.api_message;
+  st = c->GetPodLog("loop", "web-nope", "app", false, 20, 4096, &log, &err);
+  EXPECT_EQ(st.code(), Status::Code::kNotFound);
+  EXPECT_EQ(err.http_status, 404);
+  EXPECT_EQ(err.resource, "pods/log");
+  st = c->GetPodLog("loop", pod, "nope", false, 20, 4096, &log, &err);
+  EXPECT_EQ(err.http_status, 400);
+  json events;
+  ASSERT_TRUE(c->ListEvents("loop", pod, &events, &err).ok());
+  EXPECT_EQ(events["kind"], "EventList");
 }
 
 }  // namespace

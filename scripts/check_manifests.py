@@ -49,6 +49,7 @@ ROLE_RULES = {
     ("apps", "replicasets"): {"get", "list", "watch"},
     ("", "pods"): {"get", "list", "watch"},
     ("", "events"): {"get", "list", "watch"},
+    ("", "pods/log"): {"get"},  # a crashed container's last log lines for deploy failures
 }
 # Capabilities a container may add (README.md, "What the builder needs").
 DOCUMENTED_CAPABILITIES = {"SYS_ADMIN"}

@@ -8,7 +8,7 @@ import { sh } from "./agent_git.mjs";
 /// The verbs of k8s/manifests' Role.
 export const KILN_ROLE = {
   "deployments.apps": ["get", "list", "watch", "patch"], "replicasets.apps": ["get", "list", "watch"],
-  pods: ["get", "list", "watch"], events: ["get", "list", "watch"],
+  pods: ["get", "list", "watch"], events: ["get", "list", "watch"], "pods/log": ["get"],
 };
 
 /// Writes <dir>/ca.crt (+ ca.key) and the API server's <dir>/api.crt and api.key

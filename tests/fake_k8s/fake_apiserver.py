@@ -6,11 +6,16 @@ Serves, over HTTPS on 127.0.0.1, the real paths kiln uses:
   GET       /apis/apps/v1/namespaces/{ns}/deployments
   GET       /apis/apps/v1/namespaces/{ns}/replicasets?labelSelector=...
   GET       /api/v1/namespaces/{ns}/pods?labelSelector=...
+  GET       /api/v1/namespaces/{ns}/pods/{name}
+  GET       /api/v1/namespaces/{ns}/pods/{name}/log?container=&previous=&tailLines=&limitBytes=
+            (text/plain; 404 for an unknown pod; 400 BadRequest for an unknown or missing
+            container, previous=true without a previous instance, a container still waiting)
+  GET       /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name=<pod>  (EventList)
 
 Authentication: "Authorization: Bearer <token>" looked up in a tokens file (JSON, re-read on
 every request) or a client certificate signed by the test CA (its CN looked up in the same
 file). Authorization: per user, verbs per resource ("deployments.apps", "replicasets.apps",
-"pods"; "*" for any). Errors are real Status objects: 401 Unauthorized, 403 Forbidden (with
+"pods", "pods/log", "events"; "*" for any). Errors are real Status objects: 401 Unauthorized, 403 Forbidden (with
 the apiserver's RBAC wording), 404 NotFound, 409 Conflict, 422 Invalid, 415, 400.
 
 Tokens file:
@@ -25,8 +30,14 @@ maxUnavailable 0), keeping status.replicas/updatedReplicas/readyReplicas/availab
 unavailableReplicas and the Available/Progressing conditions (ReplicaSetUpdated,
 NewReplicaSetAvailable, ProgressDeadlineExceeded after spec.progressDeadlineSeconds without
 progress). Pods behave by the image's repository name: "pullfail" -> ErrImagePull (for
---errimagepull-steps steps) then ImagePullBackOff; "crash" -> CrashLoopBackOff; "stuck" ->
-running but never ready; anything else becomes ready after two steps.
+--errimagepull-steps steps) then ImagePullBackOff; "crash" -> exits 1 and CrashLoopBackOff
+(lastState.terminated, restartCount, a 30-line previous log ending in a panic); "oom" ->
+OOMKilled (exit 137) and restarted (running, unready); "stuck" -> running but never ready
+(Unhealthy events "Readiness probe failed: HTTP probe failed with statuscode: 503");
+"unready" -> running, never ready, Unhealthy events "Readiness probe failed: Get ...: connect:
+connection refused"; "unschedulable" -> Pending, PodScheduled False Unschedulable (a
+FailedScheduling event); anything else becomes ready after two steps. Containers keep a
+current log (and the previous instance's once restarted).
 
 Test control (no auth; the server binds 127.0.0.1 only):
   POST /_fake/state            {"deployments": [Deployment, ...]} seeds (settled) deployments
@@ -99,7 +110,7 @@ def repository_of(image):
 
 def scenario_of(image):
     repo = repository_of(image or "")
-    for s in ("pullfail", "crash", "stuck"):
+    for s in ("pullfail", "crash", "stuck", "oom", "unready", "unschedulable"):
         if s in repo:
             return s
     return "ok"
@@ -229,6 +240,8 @@ class Cluster:
         self.patches_applied = 0
         self.requests = []
         self.errimagepull_steps = 2  # steps a failing pull shows ErrImagePull before the back-off
+        self.events = {}  # (ns, name) -> core/v1 Event
+        self.logs = {}  # (ns, pod, container) -> {"current": str or None, "previous": str or None}
 
     def next_rv(self):
         self.rv += 1
@@ -374,11 +387,64 @@ class Cluster:
         self.pod_ticks[(ns, name)] = 0
         self.kubelet(pod, 0)
 
+    def emit_event(self, pod, etype, reason, message, component="kubelet", field_path=""):
+        """Records an Event about the pod, counting repeats as the kubelet's recorder does."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        now = now_rfc3339()
+        for ev in self.events.values():
+            io = ev["involvedObject"]
+            if io["name"] == name and ev["reason"] == reason and ev["message"] == message:
+                ev["count"] += 1
+                ev["lastTimestamp"] = now
+                ev["metadata"]["resourceVersion"] = self.next_rv()
+                return
+        ev_name = "%s.%x" % (name, random.getrandbits(56))
+        self.events[(ns, ev_name)] = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": ev_name, "namespace": ns, "uid": str(uuid.uuid4()),
+                         "resourceVersion": self.next_rv(), "creationTimestamp": now},
+            "involvedObject": {"kind": "Pod", "namespace": ns, "name": name,
+                               "uid": pod["metadata"]["uid"], "apiVersion": "v1",
+                               "resourceVersion": pod["metadata"]["resourceVersion"],
+                               **({"fieldPath": field_path} if field_path else {})},
+            "reason": reason, "message": message,
+            "source": {"component": component, **({"host": "node-1"} if component == "kubelet" else {})},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": etype,
+            "eventTime": None, "reportingComponent": component, "reportingInstance": "node-1",
+        }
+
+    @staticmethod
+    def pod_ip(pod):
+        return "10.244.0.%d" % (fnv32a(pod["metadata"]["name"].encode()) % 250 + 2)
+
+    def set_log(self, pod, container, current, previous=None):
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"], container)
+        self.logs[key] = {"current": current, "previous": previous}
+
+    @staticmethod
+    def crash_log(name):
+        lines = ["%s: init step %d ok" % (name, i) for i in range(1, 29)]
+        lines.append("listening on :8080 \udcff")  # a byte that is not UTF-8 (surrogateescape)
+        lines.append("panic: open /etc/app/config.yaml: no such file or directory")
+        return "\n".join(lines) + "\n"
+
     def kubelet(self, pod, ticks):
         """Sets the pod's status for its age in steps and its containers' scenarios."""
         statuses = []
         all_ready = True
         running = False
+        if ticks > 0 and any(scenario_of(c.get("image", "")) == "unschedulable"
+                             for c in pod["spec"].get("containers", [])):
+            msg = ("0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are "
+                   "available: 3 No preemption victims found for incoming pod.")
+            pod["status"] = {
+                "phase": "Pending", "qosClass": "Burstable",
+                "conditions": [{"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                                "lastTransitionTime": pod["metadata"]["creationTimestamp"],
+                                "reason": "Unschedulable", "message": msg}],
+            }
+            self.emit_event(pod, "Warning", "FailedScheduling", msg, component="default-scheduler")
+            return
         for c in pod["spec"].get("containers", []):
             image = c.get("image", "")
             cs = {"name": c.get("name", ""), "image": image, "imageID": "", "ready": False,
@@ -398,16 +464,39 @@ class Cluster:
             elif sc == "crash" and ticks >= 2:
                 cs["restartCount"] = ticks - 1
                 cs["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error",
-                                                  "startedAt": now_rfc3339(), "finishedAt": now_rfc3339()}}
+                                                  "startedAt": now_rfc3339(), "finishedAt": now_rfc3339(),
+                                                  "containerID": "containerd://%032x" % ticks}}
                 cs["state"] = {"waiting": {
                     "reason": "CrashLoopBackOff",
                     "message": "back-off 10s restarting failed container=%s pod=%s"
                                % (c.get("name", ""), pod["metadata"]["name"])}}
+                self.set_log(pod, c.get("name", ""), None, self.crash_log(c.get("name", "")))
+                self.emit_event(pod, "Warning", "BackOff", "Back-off restarting failed container %s in pod %s"
+                                % (c.get("name", ""), pod["metadata"]["name"]),
+                                field_path="spec.containers{%s}" % c.get("name", ""))
+            elif sc == "oom" and ticks >= 2:
+                running = True
+                cs["restartCount"] = ticks - 1
+                cs["started"] = True
+                cs["lastState"] = {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                  "startedAt": now_rfc3339(), "finishedAt": now_rfc3339(),
+                                                  "containerID": "containerd://%032x" % ticks}}
+                cs["state"] = {"running": {"startedAt": now_rfc3339()}}
+                self.set_log(pod, c.get("name", ""), "loading model weights\n",
+                             "loading model weights\nallocating 2048 MiB cache\n")
             else:
                 running = True
                 cs["started"] = True
                 cs["state"] = {"running": {"startedAt": pod["metadata"]["creationTimestamp"]}}
-                cs["ready"] = ticks >= 2 and sc not in ("stuck", "crash")
+                cs["ready"] = ticks >= 2 and sc not in ("stuck", "crash", "unready")
+                self.set_log(pod, c.get("name", ""), "serving on :8080\n")
+                if ticks >= 2 and sc in ("stuck", "unready"):
+                    ip = self.pod_ip(pod)
+                    msg = ("Readiness probe failed: HTTP probe failed with statuscode: 503" if sc == "stuck"
+                           else 'Readiness probe failed: Get "http://%s:8080/healthz": dial tcp %s:8080: '
+                                'connect: connection refused' % (ip, ip))
+                    self.emit_event(pod, "Warning", "Unhealthy", msg,
+                                    field_path="spec.containers{%s}" % c.get("name", ""))
             if cs["ready"]:
                 cs["imageID"] = image
             all_ready = all_ready and cs["ready"]
@@ -415,7 +504,7 @@ class Cluster:
         ready = all_ready and bool(statuses)
         pod["status"] = {
             "phase": "Running" if running or ready else "Pending",
-            "hostIP": "10.0.0.10", "podIP": "10.244.0.%d" % (ticks % 250 + 2),
+            "hostIP": "10.0.0.10", "podIP": self.pod_ip(pod),
             "startTime": pod["metadata"]["creationTimestamp"],
             "conditions": [
                 {"type": "PodScheduled", "status": "True"},
@@ -597,8 +686,11 @@ RESOURCES = {
     ("apis/apps/v1", "deployments"): ("apps", "Deployment", "DeploymentList"),
     ("apis/apps/v1", "replicasets"): ("apps", "ReplicaSet", "ReplicaSetList"),
     ("api/v1", "pods"): ("", "Pod", "PodList"),
+    ("api/v1", "events"): ("", "Event", "EventList"),
 }
-PATH_RE = re.compile(r"^/(apis/apps/v1|api/v1)/namespaces/([a-z0-9.-]+)/([a-z]+)(?:/([a-z0-9.-]+))?/?$")
+PATH_RE = re.compile(r"^/(apis/apps/v1|api/v1)/namespaces/([a-z0-9.-]+)/([a-z]+)"
+                     r"(?:/([a-z0-9.-]+)(?:/([a-z]+))?)?/?$")
+SUBRESOURCES = {("pods", "log")}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -702,12 +794,16 @@ class Handler(BaseHTTPRequestHandler):
             self.record(404)
             return self.send_status(404, "NotFound", "the server could not find the requested resource",
                                     {})
-        prefix, ns, plural, name = m.groups()
+        prefix, ns, plural, name, sub = m.groups()
+        if sub and (plural, sub) not in SUBRESOURCES:
+            self.record(404)
+            return self.send_status(404, "NotFound", "the server could not find the requested resource",
+                                    {})
         group, kind, list_kind = RESOURCES[(prefix, plural)]
-        resource_key = plural + ("." + group if group else "")
+        resource_key = plural + ("/" + sub if sub else "") + ("." + group if group else "")
         if method == "GET":
             verb = "get" if name else "list"
-        elif method == "PATCH" and name:
+        elif method == "PATCH" and name and not sub:
             verb = "patch"
         else:
             self.record(405)
@@ -719,13 +815,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_status(401, "Unauthorized", "Unauthorized")
         if not self.allowed(user, verb, resource_key):
             self.record(403, user.get("user", ""))
-            what = resource_key + (' "%s"' % name if name else "")
+            what = plural + ("." + group if group else "") + (' "%s"' % name if name else "")
+            res = plural + ("/" + sub if sub else "")
             return self.send_status(
                 403, "Forbidden",
                 '%s is forbidden: User "%s" cannot %s resource "%s" in API group "%s" in the namespace "%s"'
-                % (what, user.get("user", ""), verb, plural, group, ns),
+                % (what, user.get("user", ""), verb, res, group, ns),
                 {"name": name or "", "group": group, "kind": plural})
         self.record(200, user.get("user", ""))
+        if sub == "log":
+            return self.pod_log(ns, name, query)
         if verb == "list":
             return self.list_objects(ns, plural, list_kind, query)
         if verb == "get":
@@ -735,7 +834,61 @@ class Handler(BaseHTTPRequestHandler):
 
     def store_for(self, plural):
         c = self.server.cluster
-        return {"deployments": c.deployments, "replicasets": c.replicasets, "pods": c.pods}[plural]
+        return {"deployments": c.deployments, "replicasets": c.replicasets, "pods": c.pods,
+                "events": c.events}[plural]
+
+    def send_text(self, code, text):
+        data = text.encode("utf-8", "surrogateescape")
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def pod_log(self, ns, name, query):
+        """GET pods/{name}/log as the API answers it (PodLogOptions)."""
+        c = self.server.cluster
+        container = query.get("container", [""])[0]
+        previous = query.get("previous", ["false"])[0] == "true"
+        with c.lock:
+            pod = copy.deepcopy(c.pods.get((ns, name)))
+            names = [x.get("name", "") for x in (pod or {}).get("spec", {}).get("containers", [])]
+            if pod is not None and not container and len(names) == 1:
+                container = names[0]
+            entry = copy.deepcopy(c.logs.get((ns, name, container)))
+        if pod is None:
+            return self.not_found("pods", "", name)
+        if not container:
+            return self.send_status(400, "BadRequest",
+                                    "a container name must be specified for pod %s, choose one of: [%s]"
+                                    % (name, " ".join(names)))
+        if container not in names:
+            return self.send_status(400, "BadRequest", "container %s is not valid for pod %s" % (container, name))
+        statuses = {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses", [])}
+        st = statuses.get(container, {})
+        if previous:
+            text = (entry or {}).get("previous")
+            if not st.get("restartCount") or text is None:
+                return self.send_status(400, "BadRequest", 'previous terminated container "%s" in pod "%s" not found'
+                                        % (container, name))
+        else:
+            text = (entry or {}).get("current")
+            if text is None:
+                waiting = st.get("state", {}).get("waiting", {}).get("reason", "ContainerCreating")
+                return self.send_status(400, "BadRequest", 'container "%s" in pod "%s" is waiting to start: %s'
+                                        % (container, name, waiting))
+        try:
+            tail = int(query.get("tailLines", ["-1"])[0])
+            limit = int(query.get("limitBytes", ["0"])[0])
+        except ValueError:
+            return self.send_status(400, "BadRequest", "invalid tailLines or limitBytes")
+        if tail >= 0:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[len(lines) - tail:]) if tail else ""
+        data = text.encode("utf-8", "surrogateescape")
+        if limit > 0:
+            data = data[:limit]
+        return self.send_text(200, data.decode("utf-8", "surrogateescape"))
 
     def not_found(self, plural, group, name):
         what = plural + ("." + group if group else "")
@@ -756,13 +909,29 @@ class Handler(BaseHTTPRequestHandler):
             reqs = parse_selector(query.get("labelSelector", [""])[0])
         except ValueError as e:
             return self.send_status(400, "BadRequest", str(e))
+        fields = []
+        for part in filter(None, query.get("fieldSelector", [""])[0].split(",")):
+            m = re.match(r"^([A-Za-z.]+)(==|=|!=)(.*)$", part)
+            allowed = {"metadata.name", "metadata.namespace"} | (
+                {"involvedObject.name", "involvedObject.kind", "reason", "type"} if plural == "events" else set())
+            if not m or m.group(1) not in allowed:
+                return self.send_status(400, "BadRequest", 'field label not supported: %s'
+                                        % (m.group(1) if m else part))
+            fields.append((m.group(1), m.group(2) != "!=", m.group(3)))
+
+        def field_of(o, path):
+            for k in path.split("."):
+                o = o.get(k, {}) if isinstance(o, dict) else {}
+            return o if isinstance(o, str) else ""
+
         c = self.server.cluster
         with c.lock:
             items = [copy.deepcopy(o) for (ons, _), o in sorted(self.store_for(plural).items())
-                     if ons == ns and selector_matches(reqs, o["metadata"].get("labels", {}))]
+                     if ons == ns and selector_matches(reqs, o["metadata"].get("labels", {}))
+                     and all((field_of(o, f) == v) == eq for f, eq, v in fields)]
             rv = str(c.rv)
         self.send_json(200, {"kind": list_kind,
-                             "apiVersion": "v1" if plural == "pods" else "apps/v1",
+                             "apiVersion": "v1" if plural in ("pods", "events") else "apps/v1",
                              "metadata": {"resourceVersion": rv}, "items": items})
 
     def patch_deployment(self, ns, name, body):
