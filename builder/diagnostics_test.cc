@@ -186,10 +186,10 @@ TEST(DiagnosticsTest, FatalErrorIsError) {
                 D("fatal.cc", 1, 10, "error", "'does_not_exist.h' file not found")}));
 }
 
-TEST(DiagnosticsTest, LinkerErrorsHaveNoFile) {
+TEST(DiagnosticsTest, LinkerErrorsNameTheSourceFileWhenGiven) {
   std::vector<Diagnostic> undefined = {
-      D("", 0, 0, "error", "undefined reference to `Foo(int)'"),
-      D("", 0, 0, "error", "undefined reference to `global_missing'"),
+      D("link.cc", 0, 0, "error", "undefined reference to `Foo(int)'"),
+      D("link.cc", 0, 0, "error", "undefined reference to `global_missing'"),
   };
   EXPECT_EQ(Parse(ReadTestdata("clang_link.txt")), undefined);
   auto gcc = Parse(ReadTestdata("gcc_link.txt"));
@@ -200,7 +200,7 @@ TEST(DiagnosticsTest, LinkerErrorsHaveNoFile) {
   // The one-line form from the brief, and lld's.
   EXPECT_EQ(Parse("/usr/bin/ld: main.o: in function `main': main.c:(.text+0x5): undefined "
                   "reference to `foo'\n"),
-            (std::vector<Diagnostic>{D("", 0, 0, "error", "undefined reference to `foo'")}));
+            (std::vector<Diagnostic>{D("main.c", 0, 0, "error", "undefined reference to `foo'")}));
   EXPECT_EQ(Parse("ld.lld: error: undefined symbol: bar\n"),
             (std::vector<Diagnostic>{D("", 0, 0, "error", "undefined symbol: bar")}));
   // collect2's summary shows only when nothing better was found.
