@@ -180,9 +180,9 @@ bool IsAbsolute(std::string_view path) { return !path.empty() && path.front() ==
 
 // Object files and archives name no source the agent can edit.
 bool IsObjectFile(std::string_view path) {
-  return path.empty() || EndsWith(path, ".o") || EndsWith(path, ".a") ||
-         EndsWith(path, ".so") || EndsWith(path, ".obj") ||
-         path.find(".so.") != std::string_view::npos || path.find('(') != std::string_view::npos;
+  return path.empty() || EndsWith(path, ".o") || EndsWith(path, ".a") || EndsWith(path, ".so") ||
+         EndsWith(path, ".obj") || path.find(".so.") != std::string_view::npos ||
+         path.find('(') != std::string_view::npos;
 }
 
 // Accumulates results: dedupes, bounds, and keeps summary lines aside.
@@ -412,7 +412,8 @@ bool ParseTsc(std::string_view line, Collector* out) {
   int lineno = 0, col = 0;
   size_t dash = line.find(" - ");
   size_t paren = line.find('(');
-  if (paren != std::string_view::npos && paren > 0 && line.find("): ", paren) != std::string_view::npos) {
+  if (paren != std::string_view::npos && paren > 0 &&
+      line.find("): ", paren) != std::string_view::npos) {
     size_t comma = line.find(',', paren);
     size_t close = line.find("): ", paren);
     if (comma == std::string_view::npos || comma > close) return false;
@@ -521,7 +522,8 @@ class Parser {
       rust_.severity = severity;
       rust_.code = std::string(code);
       std::string_view text = Trim(rest.substr(2));
-      rust_.message = code.empty() ? std::string(text) : std::string(code) + ": " + std::string(text);
+      rust_.message =
+          code.empty() ? std::string(text) : std::string(code) + ": " + std::string(text);
       rust_.line = std::string(line);
       return true;
     }
@@ -628,7 +630,8 @@ class Parser {
       std::string_view rest = line.substr(line.find(' ') + 1);
       size_t dash = rest.find(" - ");
       std::string_view nodeid = rest.substr(0, dash);
-      std::string_view msg = dash == std::string_view::npos ? std::string_view() : rest.substr(dash + 3);
+      std::string_view msg =
+          dash == std::string_view::npos ? std::string_view() : rest.substr(dash + 3);
       size_t sep = nodeid.find("::");
       std::string_view file = nodeid.substr(0, sep);
       if (nodeid.find(' ') == std::string_view::npos &&
@@ -694,8 +697,8 @@ class Parser {
     const std::string& e = pytest_.e_line;
     if (e.empty()) {
       text += std::string(type);
-    } else if (StartsWith(e, type)) {
-      text += e;
+    } else if (std::string_view etype; IsExceptionLine(e, &etype) && EndsWith(etype, type)) {
+      text += e;  // "E   json.decoder.JSONDecodeError: ..." under "...: JSONDecodeError"
     } else {
       text += std::string(type) + ": " + e;
     }
@@ -746,8 +749,7 @@ class Parser {
     if (go_.test.empty() || line.size() < 4 || !StartsWith(line, "    ")) return false;
     std::string_view path, rest;
     int lineno = 0, col = 0;
-    if (!ParseLocation(t, &path, &lineno, &col, &rest) || !EndsWith(path, "_test.go"))
-      return false;
+    if (!ParseLocation(t, &path, &lineno, &col, &rest) || !EndsWith(path, "_test.go")) return false;
     if (go_.entries.size() < kMaxCollected)
       go_.entries.push_back({go_.test, std::string(path), lineno, std::string(Trim(rest))});
     return true;
@@ -781,7 +783,8 @@ class Parser {
     std::string dir;
     if (!pkg.empty()) {
       std::string_view mod = GoModuleOf(pkg);
-      if (!mod.empty() && pkg.size() > mod.size()) dir = std::string(pkg.substr(mod.size() + 1)) + "/";
+      if (!mod.empty() && pkg.size() > mod.size())
+        dir = std::string(pkg.substr(mod.size() + 1)) + "/";
       if (mod.empty()) dir = "?";  // unknown module: keep the base name only
     }
     for (const GoEntry& e : go_.entries) {
@@ -833,8 +836,8 @@ class Parser {
     }
 
     std::string_view message, file;
-    if (SplitSectionMessage(line, /*anywhere=*/false,
-                            &message, &file)) {  // "x.cc:(.text+0xa): undefined reference to ..."
+    if (SplitSectionMessage(line, /*anywhere=*/false, &message,
+                            &file)) {  // "x.cc:(.text+0xa): undefined reference to ..."
       auto [severity, msg] = SplitSeverity(message, "error");
       out_->Add(file, 0, 0, severity, msg);
       return;
