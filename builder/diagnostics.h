@@ -1,5 +1,7 @@
-// Diagnostics: turns raw build output (go build/vet, gcc, clang, ld, buildah) into a list of
-// structured compiler diagnostics that an agent can act on.
+// Diagnostics: turns raw build output into a list of structured compiler diagnostics that an
+// agent can act on. Understood formats: go build / go vet / go test, gcc, clang, ld/collect2,
+// javac, rustc/cargo, tsc (plain and --pretty), CPython tracebacks (incl. SyntaxError), pytest,
+// mypy, flake8, and buildah's RUN step summary.
 //
 // Pure functions, no I/O, no shared state: thread-safe. Input is untrusted bytes (whatever a
 // build printed); the parser never throws, never recurses, and is linear in the input size.
@@ -23,10 +25,15 @@ struct Diagnostic {
   int column = 0;
   std::string severity;
   std::string message;
+  /// The tool's own code when it prints one: "E0308" (rustc), "TS2322" (tsc), "E302" (flake8),
+  /// "assignment" (mypy). The message keeps the code as the tool shows it.
+  std::string code{};
+  /// True when `message` was cut to DiagnosticsOptions::max_message_bytes.
+  bool truncated = false;
 
   bool operator==(const Diagnostic& o) const {
     return file == o.file && line == o.line && column == o.column && severity == o.severity &&
-           message == o.message;
+           message == o.message && code == o.code && truncated == o.truncated;
   }
 };
 
@@ -35,10 +42,34 @@ struct DiagnosticsOptions {
   /// A root without a trailing '/' is treated as a directory ("/src" strips "/src/x.go").
   /// A leading "./" is always stripped.
   std::vector<std::string> source_roots;
+  /// Host path of the repository checkout when the build ran outside a container (stripped
+  /// like a source root). "" when unused.
+  std::string repo_root{};
+  /// Go module path (from go.mod), used to turn `go test`'s package import path into a
+  /// repo-relative directory. When "", a module with a dot-less first element ("app/pkg/x")
+  /// or a github.com/gitlab.com/bitbucket.org path is guessed; otherwise only the file's
+  /// base name is given.
+  std::string go_module{};
   /// At most this many diagnostics are returned (the first ones, in output order).
-  size_t max_diagnostics = 200;
+  size_t max_diagnostics = 50;
+  /// Each message is cut to at most this many bytes (on a UTF-8 boundary, `truncated` set).
+  size_t max_message_bytes = 2048;
 };
 
+/// Parser output with the overall bound made visible.
+struct DiagnosticsResult {
+  std::vector<Diagnostic> diagnostics;
+  /// True when more diagnostics were found than max_diagnostics allowed.
+  bool truncated = false;
+};
+
+/// Paths: source roots and repo_root are stripped, so files inside the repository are
+/// relative. Diagnostics located in absolute paths outside them (system headers, the standard
+/// library) are kept as context, but under the count bound they only get the slots that
+/// diagnostics pointing into the repository (or to no file) leave free. For Python tracebacks
+/// the innermost frame inside the repository is chosen. Object files (.o, .a, .so) are never a
+/// `file`.
+///
 /// Parses `build_output` into diagnostics, in order of appearance, exact duplicates removed.
 /// Lines that are not diagnostics (package headers, code snippets, carets, "In file included
 /// from", buildah STEP lines, ...) are ignored. A summary line such as buildah's
@@ -48,7 +79,12 @@ struct DiagnosticsOptions {
 std::vector<Diagnostic> ParseDiagnostics(std::string_view build_output,
                                          const DiagnosticsOptions& opts);
 
-/// {"file":..,"line":..,"column":..,"severity":..,"message":..}. Never throws for parser output.
+/// Same as ParseDiagnostics, with the overall truncation flag.
+DiagnosticsResult ParseBuildDiagnostics(std::string_view build_output,
+                                        const DiagnosticsOptions& opts);
+
+/// {"file":..,"line":..,"column":..,"severity":..,"message":..}, plus "code" when non-empty and
+/// "truncated": true when the message was cut. Never throws for parser output.
 nlohmann::json ToJson(const Diagnostic& d);
 
 /// Strips ANSI escape sequences (CSI, OSC, two-byte ESC sequences) from `s`.

@@ -31,6 +31,23 @@ Diagnostic D(std::string file, int line, int col, std::string sev, std::string m
   return d;
 }
 
+Diagnostic DC(std::string file, int line, int col, std::string sev, std::string msg,
+              std::string code) {
+  Diagnostic d = D(std::move(file), line, col, std::move(sev), std::move(msg));
+  d.code = std::move(code);
+  return d;
+}
+
+// Options as the buildah builder passes them, plus the host checkout used for the captures
+// made outside a container (see testdata/README.md).
+DiagnosticsOptions Opts(std::string repo_root = "", std::string go_module = "") {
+  DiagnosticsOptions o;
+  o.source_roots = {"/src/", "/workspace"};
+  o.repo_root = std::move(repo_root);
+  o.go_module = std::move(go_module);
+  return o;
+}
+
 std::vector<Diagnostic> Parse(std::string_view out, std::vector<std::string> roots = {"/src/"}) {
   DiagnosticsOptions o;
   o.source_roots = std::move(roots);
@@ -186,10 +203,10 @@ TEST(DiagnosticsTest, FatalErrorIsError) {
                 D("fatal.cc", 1, 10, "error", "'does_not_exist.h' file not found")}));
 }
 
-TEST(DiagnosticsTest, LinkerErrorsHaveNoFile) {
+TEST(DiagnosticsTest, LinkerErrorsNameTheSourceFileWhenGiven) {
   std::vector<Diagnostic> undefined = {
-      D("", 0, 0, "error", "undefined reference to `Foo(int)'"),
-      D("", 0, 0, "error", "undefined reference to `global_missing'"),
+      D("link.cc", 0, 0, "error", "undefined reference to `Foo(int)'"),
+      D("link.cc", 0, 0, "error", "undefined reference to `global_missing'"),
   };
   EXPECT_EQ(Parse(ReadTestdata("clang_link.txt")), undefined);
   auto gcc = Parse(ReadTestdata("gcc_link.txt"));
@@ -200,7 +217,7 @@ TEST(DiagnosticsTest, LinkerErrorsHaveNoFile) {
   // The one-line form from the brief, and lld's.
   EXPECT_EQ(Parse("/usr/bin/ld: main.o: in function `main': main.c:(.text+0x5): undefined "
                   "reference to `foo'\n"),
-            (std::vector<Diagnostic>{D("", 0, 0, "error", "undefined reference to `foo'")}));
+            (std::vector<Diagnostic>{D("main.c", 0, 0, "error", "undefined reference to `foo'")}));
   EXPECT_EQ(Parse("ld.lld: error: undefined symbol: bar\n"),
             (std::vector<Diagnostic>{D("", 0, 0, "error", "undefined symbol: bar")}));
   // collect2's summary shows only when nothing better was found.
@@ -275,8 +292,306 @@ TEST(DiagnosticsTest, VeryLongLinesAreBounded) {
   std::string long_msg(1 << 20, 'x');
   auto got = Parse("a.go:1:1: " + long_msg + "\nb.go:2:2: short\n" + std::string(1 << 20, ':'));
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_LE(got[0].message.size(), 4096u);
+  EXPECT_LE(got[0].message.size(), 2048u);
+  EXPECT_TRUE(got[0].truncated);
   EXPECT_EQ(got[1], D("b.go", 2, 2, "error", "short"));
+}
+
+// --- ld / collect2 ------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, LinkerWithDebugInfoGivesFileAndLine) {
+  // gcc -g link.c: ld names the source line; the host checkout path becomes repo-relative.
+  EXPECT_EQ(
+      ParseDiagnostics(ReadTestdata("gcc_link_debug.txt"), Opts("/tmp/h6cap/cc")),
+      (std::vector<Diagnostic>{
+          D("", 0, 0, "warning", "relocation against `missing_var' in read-only section `.text'"),
+          D("link.c", 5, 0, "error", "undefined reference to `missing'"),
+          D("link.c", 5, 0, "error", "undefined reference to `missing_var'"),
+          D("", 0, 0, "warning", "creating DT_TEXTREL in a PIE"),
+      }));
+  // Linking a prebuilt object: the object's source name, no line; objects are never a file.
+  auto obj = ParseDiagnostics(ReadTestdata("gcc_link_object.txt"), Opts());
+  ASSERT_EQ(obj.size(), 4u);
+  EXPECT_EQ(obj[0].file, "");  // "link.o: warning: ..."
+  EXPECT_EQ(obj[1], D("link.c", 0, 0, "error", "undefined reference to `missing'"));
+  EXPECT_EQ(obj[2], D("link.c", 0, 0, "error", "undefined reference to `missing_var'"));
+  EXPECT_EQ(Parse("/usr/bin/ld: libx.a(x.o):(.text+0x1): undefined reference to `y'\n"),
+            (std::vector<Diagnostic>{D("", 0, 0, "error", "undefined reference to `y'")}));
+}
+
+// --- javac ---------------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, JavacErrorsWarningsCaretColumnsAndSymbolDetails) {
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("javac.txt"), Opts()),
+            (std::vector<Diagnostic>{
+                D("src/com/example/Foo.java", 7, 17, "error",
+                  "cannot find symbol (symbol: variable x; location: class Foo)"),
+                D("src/com/example/Foo.java", 8, 20, "error",
+                  "incompatible types: int cannot be converted to String"),
+                D("src/com/example/Foo.java", 10, 16, "warning",
+                  "[unchecked] unchecked call to add(E) as a member of the raw type List"),
+            }));
+  // The "2 errors" / "1 warning" counters are not diagnostics; a diagnostic at the very end of
+  // the output (no caret follows) is still returned.
+  EXPECT_EQ(ParseDiagnostics("/src/A.java:3: error: ';' expected", Opts()),
+            (std::vector<Diagnostic>{D("A.java", 3, 0, "error", "';' expected")}));
+}
+
+// --- rustc / cargo -------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, CargoErrorsCarryCodeAndLocationFromArrowLine) {
+  auto got = ParseBuildDiagnostics(ReadTestdata("rust_cargo_errors.txt"), Opts());
+  EXPECT_FALSE(got.truncated);
+  EXPECT_EQ(got.diagnostics,
+            (std::vector<Diagnostic>{
+                DC("src/main.rs", 6, 18, "error", "E0308: mismatched types", "E0308"),
+                DC("src/main.rs", 8, 20, "error",
+                   "E0061: this function takes 1 argument but 2 arguments were supplied", "E0061"),
+                D("src/main.rs", 1, 4, "note", "function defined here"),
+            }));
+  // "error: could not compile ..." is a summary: dropped when located errors exist.
+  for (const auto& d : got.diagnostics) EXPECT_NE(d.file, "");
+}
+
+TEST(DiagnosticsTest, CargoWarningsOnlyAndRustcDirect) {
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("rust_cargo_warnings.txt"), Opts()),
+            (std::vector<Diagnostic>{
+                D("src/main.rs", 3, 9, "warning", "variable does not need to be mutable"),
+                D("src/main.rs", 2, 9, "warning", "unused variable: `unused`"),
+            }));
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("rustc_lib.txt"), Opts()),
+            (std::vector<Diagnostic>{
+                DC("lib.rs", 2, 21, "error", "E0308: mismatched types", "E0308"),
+                DC("lib.rs", 3, 5, "error",
+                   "E0425: cannot find function `missing_fn` in this scope", "E0425"),
+            }));
+  // Without any located error, the summary line is what the agent gets.
+  EXPECT_EQ(ParseDiagnostics("error: could not compile `demo` (bin \"demo\")\n", Opts()),
+            (std::vector<Diagnostic>{
+                D("", 0, 0, "error", "error: could not compile `demo` (bin \"demo\")")}));
+  // A /workspace path after "-->" is made relative.
+  EXPECT_EQ(ParseDiagnostics("warning: unused import\n  --> /workspace/src/lib.rs:10:5\n", Opts()),
+            (std::vector<Diagnostic>{D("src/lib.rs", 10, 5, "warning", "unused import")}));
+}
+
+// --- tsc -----------------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, TscPlainAndPrettyFormatsAgree) {
+  std::vector<Diagnostic> want = {
+      DC("src/a.ts", 5, 7, "error", "TS2322: Type 'string' is not assignable to type 'number'.",
+         "TS2322"),
+      DC("src/a.ts", 6, 1, "error", "TS2554: Expected 2 arguments, but got 1.", "TS2554"),
+      DC("src/a.ts", 7, 13, "error", "TS2304: Cannot find name 'undefinedThing'.", "TS2304"),
+  };
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("tsc_plain.txt"), Opts()), want);
+  // --pretty: ANSI colours, snippets, related locations and the "Found 3 errors" line.
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("tsc_pretty.txt"), Opts()), want);
+  EXPECT_EQ(
+      ParseDiagnostics("error TS18003: No inputs were found in config file.\n"
+                       "/workspace/b.ts(1,2): warning TS6133: 'x' is declared but never used.\n",
+                       Opts()),
+      (std::vector<Diagnostic>{
+          DC("", 0, 0, "error", "TS18003: No inputs were found in config file.", "TS18003"),
+          DC("b.ts", 1, 2, "warning", "TS6133: 'x' is declared but never used.", "TS6133"),
+      }));
+}
+
+// --- Python --------------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, PythonTracebackInnermostRepoFrame) {
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("python_nameerror.txt"), Opts("/tmp/h6cap/py")),
+            (std::vector<Diagnostic>{D("app/main.py", 10, 0, "error",
+                                       "NameError: name 'tax' is not defined. Did you mean: "
+                                       "'max'?")}));
+  // Frames in /usr/lib/python3.11 are skipped for the innermost one inside the repository.
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("python_stdlib_frames.txt"), Opts("/tmp/h6cap/py")),
+            (std::vector<Diagnostic>{D("app/use_json.py", 2, 0, "error",
+                                       "json.decoder.JSONDecodeError: Expecting property name "
+                                       "enclosed in double quotes: line 1 column 2 (char 1)")}));
+  // Nothing inside the repository: the innermost frame is kept (absolute) as the only clue.
+  auto outside = ParseDiagnostics(ReadTestdata("python_stdlib_frames.txt"), Opts("/elsewhere"));
+  ASSERT_EQ(outside.size(), 1u);
+  EXPECT_EQ(outside[0].file, "/usr/lib/python3.11/json/decoder.py");
+  EXPECT_EQ(outside[0].line, 353);
+}
+
+TEST(DiagnosticsTest, PythonSyntaxErrorWithAndWithoutTraceback) {
+  Diagnostic want = D("app/broken.py", 2, 0, "error", "SyntaxError: expected ':'");
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("python_syntaxerror.txt"), Opts("/tmp/h6cap/py")),
+            (std::vector<Diagnostic>{want}));
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("python_import_syntaxerror.txt"), Opts("/tmp/h6cap/py")),
+            (std::vector<Diagnostic>{want}));
+  // Frames without a file in the repository ("<frozen runpy>") give no file.
+  EXPECT_EQ(ParseDiagnostics("Traceback (most recent call last):\n"
+                             "  File \"<frozen runpy>\", line 198, in _run_module_as_main\n"
+                             "ModuleNotFoundError: No module named 'app'\n",
+                             Opts()),
+            (std::vector<Diagnostic>{
+                D("", 0, 0, "error", "ModuleNotFoundError: No module named 'app'")}));
+}
+
+TEST(DiagnosticsTest, BuildahRunStepWithPythonTracebackInWorkspace) {
+  // Real buildah output: STEP lines, /workspace paths, the summary dropped.
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("buildah_python.txt"), Opts()),
+            (std::vector<Diagnostic>{D("app/main.py", 10, 0, "error",
+                                       "NameError: name 'tax' is not defined. Did you mean: "
+                                       "'max'?")}));
+}
+
+// --- pytest --------------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, PytestFailuresOnePerTestAtTheFailingLine) {
+  std::vector<Diagnostic> want = {
+      D("tests/test_calc.py", 5, 0, "error", "test_add: AssertionError: assert 2 == 3"),
+      D("app/calc.py", 6, 0, "error", "test_parse: NameError: name 'json' is not defined"),
+  };
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("pytest_fail.txt"), Opts("/tmp/h6cap/py")), want);
+  // The same run inside buildah (STEP 3/5 RUN ... then the error summary).
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("buildah_pytest.txt"), Opts()), want);
+}
+
+TEST(DiagnosticsTest, PytestStdlibFramesParametrizedAndClassTests) {
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("pytest_stdlib.txt"), Opts("/tmp/h6cap/py2")),
+            (std::vector<Diagnostic>{
+                D("tests/test_io.py", 7, 0, "error",
+                  "test_decode: json.decoder.JSONDecodeError: Expecting property name enclosed in "
+                  "double quotes: line 1 column 2 (char 1)"),
+                D("tests/test_io.py", 12, 0, "error", "test_even[1]: AssertionError: 1 is odd"),
+                D("tests/test_io.py", 17, 0, "error", "TestGroup.test_method: ValueError: boom"),
+            }));
+  // Only the short summary (e.g. `pytest --tb=no`): one diagnostic per FAILED/ERROR line.
+  EXPECT_EQ(ParseDiagnostics("FAILED tests/test_x.py::TestA::test_y - AssertionError: no\n"
+                             "FAILED tests/test_x.py::test_z\n"
+                             "ERROR tests/test_c.py - ModuleNotFoundError: No module named 'q'\n",
+                             Opts()),
+            (std::vector<Diagnostic>{
+                D("tests/test_x.py", 0, 0, "error", "TestA.test_y: AssertionError: no"),
+                D("tests/test_x.py", 0, 0, "error", "test_z: failed"),
+                D("tests/test_c.py", 0, 0, "error",
+                  "ERROR collecting tests/test_c.py: ModuleNotFoundError: No module named 'q'"),
+            }));
+}
+
+// --- go test -------------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, GoTestFailuresResolvedToThePackageDirectory) {
+  std::vector<Diagnostic> want = {
+      D("main_test.go", 6, 0, "error", "TestRoot: root failed"),
+      D("pkg/calc/calc_test.go", 7, 0, "error", "TestAdd: got 0 want 2"),
+      D("pkg/calc/calc_test.go", 15, 0, "error", "TestTable/neg: Add(1, 2) = -1, want 3"),
+  };
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("go_test.txt"), Opts("", "example.com/m")), want);
+  // -v: output precedes the "--- FAIL" lines.
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("go_test_v.txt"), Opts("", "example.com/m")),
+            (std::vector<Diagnostic>{want[1], want[2]}));
+  // Unknown module with a dotted host: the base name only.
+  auto guess = ParseDiagnostics(ReadTestdata("go_test.txt"), Opts());
+  ASSERT_EQ(guess.size(), 3u);
+  EXPECT_EQ(guess[1].file, "calc_test.go");
+  // A dot-less module path is taken as the module; t.Log of a passing test (-v) is no failure.
+  EXPECT_EQ(
+      ParseDiagnostics("=== RUN   TestOk\n"
+                       "    ok_test.go:3: just logging\n"
+                       "--- PASS: TestOk (0.00s)\n"
+                       "=== RUN   TestBad\n"
+                       "    bad_test.go:9: want 1\n"
+                       "--- FAIL: TestBad (0.00s)\n"
+                       "FAIL\n"
+                       "FAIL\tapp/internal/x\t0.003s\n",
+                       Opts()),
+      (std::vector<Diagnostic>{D("internal/x/bad_test.go", 9, 0, "error", "TestBad: want 1")}));
+}
+
+// --- mypy / flake8 -------------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, MypyErrorsKeepTheirCode) {
+  EXPECT_EQ(ParseDiagnostics(ReadTestdata("mypy.txt"), Opts()),
+            (std::vector<Diagnostic>{
+                DC("app/typed.py", 5, 0, "error",
+                   "Incompatible types in assignment (expression has type \"str\", variable has "
+                   "type \"int\")  [assignment]",
+                   "assignment"),
+                DC("app/typed.py", 10, 0, "error",
+                   "Unsupported operand types for + (\"str\" and \"int\")  [operator]", "operator"),
+                DC("app/typed.py", 13, 0, "error",
+                   "List item 0 has incompatible type \"str\"; expected \"int\"  [list-item]",
+                   "list-item"),
+            }));
+  EXPECT_EQ(
+      ParseDiagnostics("app/x.py:4:5: note: Revealed type is \"builtins.int\"\n", Opts()),
+      (std::vector<Diagnostic>{D("app/x.py", 4, 5, "note", "Revealed type is \"builtins.int\"")}));
+}
+
+TEST(DiagnosticsTest, Flake8CodesAndSeverities) {
+  auto got = ParseDiagnostics(ReadTestdata("flake8.txt"), Opts());
+  ASSERT_EQ(got.size(), 7u);
+  EXPECT_EQ(got[0], DC("app/style.py", 1, 1, "error", "F401 'os' imported but unused", "F401"));
+  EXPECT_EQ(got[2],
+            DC("app/style.py", 3, 1, "error", "E302 expected 2 blank lines, found 0", "E302"));
+  EXPECT_EQ(got[4],
+            DC("app/style.py", 5, 14, "error", "F821 undefined name 'undefined_name'", "F821"));
+  EXPECT_EQ(got[6], DC("app/style.py", 6, 8, "error",
+                       "E701 multiple statements on one line (colon)", "E701"));
+  EXPECT_EQ(
+      ParseDiagnostics("/workspace/a.py:9:80: W291 trailing whitespace\n", Opts()),
+      (std::vector<Diagnostic>{DC("a.py", 9, 80, "warning", "W291 trailing whitespace", "W291")}));
+}
+
+// --- bounds and paths ----------------------------------------------------------------------------
+
+TEST(DiagnosticsTest, LongMessagesAreCutOnUtf8BoundaryAndFlagged) {
+  DiagnosticsOptions o = Opts();
+  o.max_message_bytes = 10;
+  auto got = ParseBuildDiagnostics("a.go:1:1: abcdefghi\xc3\xa9xyz\nb.go:2:2: short\n", o);
+  ASSERT_EQ(got.diagnostics.size(), 2u);
+  EXPECT_EQ(got.diagnostics[0].message, "abcdefghi");  // the 2-byte 'é' does not fit
+  EXPECT_TRUE(got.diagnostics[0].truncated);
+  EXPECT_FALSE(got.diagnostics[1].truncated);
+  EXPECT_FALSE(got.truncated);
+  EXPECT_EQ(ToJson(got.diagnostics[0])["truncated"], true);
+  EXPECT_FALSE(ToJson(got.diagnostics[1]).contains("truncated"));
+  // Default bound: 2 KiB.
+  auto def = ParseDiagnostics("a.go:1:1: " + std::string(5000, 'x') + "\n", Opts());
+  ASSERT_EQ(def.size(), 1u);
+  EXPECT_EQ(def[0].message.size(), 2048u);
+  EXPECT_TRUE(def[0].truncated);
+}
+
+TEST(DiagnosticsTest, OverallCountBoundIsFlaggedAndDefaultsTo50) {
+  std::string out;
+  for (int i = 1; i <= 80; ++i) out += "a.go:" + std::to_string(i) + ":1: e\n";
+  auto got = ParseBuildDiagnostics(out, Opts());
+  EXPECT_EQ(got.diagnostics.size(), 50u);
+  EXPECT_TRUE(got.truncated);
+  EXPECT_EQ(got.diagnostics.back().line, 50);
+  DiagnosticsOptions o = Opts();
+  o.max_diagnostics = 80;
+  EXPECT_FALSE(ParseBuildDiagnostics(out, o).truncated);
+}
+
+TEST(DiagnosticsTest, OutsideRepoDiagnosticsYieldSlotsToRepoOnes) {
+  std::string out =
+      "/usr/include/x.h:1:1: note: sys 1\n"
+      "/usr/include/x.h:2:1: note: sys 2\n"
+      "/src/a.cc:3:1: error: mine 1\n"
+      "/src/a.cc:4:1: error: mine 2\n";
+  DiagnosticsOptions o = Opts();
+  o.max_diagnostics = 3;
+  auto got = ParseBuildDiagnostics(out, o);
+  EXPECT_TRUE(got.truncated);
+  EXPECT_EQ(got.diagnostics, (std::vector<Diagnostic>{D("/usr/include/x.h", 1, 1, "note", "sys 1"),
+                                                      D("a.cc", 3, 1, "error", "mine 1"),
+                                                      D("a.cc", 4, 1, "error", "mine 2")}));
+  o.max_diagnostics = 2;
+  EXPECT_EQ(ParseDiagnostics(out, o),
+            (std::vector<Diagnostic>{D("a.cc", 3, 1, "error", "mine 1"),
+                                     D("a.cc", 4, 1, "error", "mine 2")}));
+}
+
+TEST(DiagnosticsTest, ToJsonCodeOnlyWhenPresent) {
+  EXPECT_EQ(ToJson(DC("a.rs", 1, 2, "error", "E0308: mismatched types", "E0308")),
+            nlohmann::json::parse(R"({"file":"a.rs","line":1,"column":2,"severity":"error",
+                                      "message":"E0308: mismatched types","code":"E0308"})"));
 }
 
 TEST(DiagnosticsTest, RandomBytesNeverCrash) {
@@ -301,7 +616,10 @@ TEST(DiagnosticsTest, RandomBytesNeverCrash) {
     }
   }
   // Mutations of real output.
-  std::string real = ReadTestdata("gcc_broken.txt") + ReadTestdata("buildah_go.txt");
+  std::string real = ReadTestdata("gcc_broken.txt") + ReadTestdata("buildah_go.txt") +
+                     ReadTestdata("rust_cargo_errors.txt") + ReadTestdata("javac.txt") +
+                     ReadTestdata("pytest_stdlib.txt") + ReadTestdata("python_stdlib_frames.txt") +
+                     ReadTestdata("go_test_v.txt") + ReadTestdata("tsc_pretty.txt");
   for (int iter = 0; iter < 500; ++iter) {
     std::string s = real;
     for (int k = 0; k < 20; ++k) s[rng() % s.size()] = static_cast<char>(rng() % 256);

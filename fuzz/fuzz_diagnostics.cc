@@ -17,13 +17,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (flags & 2) opts.source_roots.push_back("/workspace");
   if (flags & 4) opts.source_roots.push_back("");
   opts.max_diagnostics = (flags & 8) ? 3 : 200;
+  if (flags & 16) opts.repo_root = "/tmp/h6cap/py";
+  if (flags & 32) opts.go_module = "example.com/m";
+  if (flags & 64) opts.max_message_bytes = 7;
   std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
 
+  DiagnosticsResult result = ParseBuildDiagnostics(text, opts);
   std::vector<Diagnostic> diags = ParseDiagnostics(text, opts);
+  KILN_FUZZ_CHECK(diags == result.diagnostics);
   KILN_FUZZ_CHECK(diags.size() <= opts.max_diagnostics);
   for (const Diagnostic& d : diags) {
     KILN_FUZZ_CHECK(d.severity == "error" || d.severity == "warning" || d.severity == "note");
     KILN_FUZZ_CHECK(d.line >= 0 && d.column >= 0);
+    KILN_FUZZ_CHECK(d.message.size() <= opts.max_message_bytes);
+    KILN_FUZZ_CHECK(fuzz::IsValidUtf8(d.code));
     for (const std::string* s : {&d.file, &d.message}) {
       KILN_FUZZ_CHECK(fuzz::IsValidUtf8(*s));
       for (unsigned char c : *s) KILN_FUZZ_CHECK(c >= 0x20 && c != 0x7F);
