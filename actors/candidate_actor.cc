@@ -29,6 +29,7 @@
 #include "actors/tool_views.h"
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
+#include "common/json_text.h"
 #include "workspace/checkout.h"
 #include "workspace/source_tree.h"
 
@@ -456,7 +457,9 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
     BuildStatus st = d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled : BuildStatus::kFailed;
     auto o = MakeOutcome(r, st);
     o->diagnostics = d.diagnostics;
-    o->error = d.compile_failed ? "build failed: see diagnostics and log_tail" : d.status.message();
+    // The builder's message may quote the build's own output: valid UTF-8 in records too.
+    o->error = d.compile_failed ? "build failed: see diagnostics and log_tail"
+                                : ToValidUtf8(d.status.message());
     if (d.compile_failed && !d.diagnostics.empty())
       o->error = "build failed with " + std::to_string(d.diagnostics.size()) + " diagnostic(s)";
     o->build_ms = d.elapsed_ms;
@@ -521,7 +524,7 @@ void OnPushed(Self* self, Record& r, const WorkDone& d) {
     o->image_ref = d.ref;
     r.log->Append("kiln: pushed " + d.ref + "\n");
   } else {
-    o->error = d.status.message();
+    o->error = ToValidUtf8(d.status.message());
   }
   if (ok && self->state.env->keys) {
     auto keys = self->state.env->keys;

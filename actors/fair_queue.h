@@ -4,11 +4,11 @@
 //
 // Policy: when a slot frees, the next job comes from the domain with the lowest
 // running/weight ratio among domains with queued work; ties go to the domain with the lowest
-// virtual time (advanced by 1/weight per started job, and lifted to the system virtual time (that of the last started job) when a
-// domain becomes active, so an idle domain cannot bank credit), then by name. Within a domain,
-// FIFO. A domain with 20 queued builds thus cannot starve another domain's single build.
-// A domain with a cap (SetCap) is skipped while it runs `cap` jobs: its queued keys wait
-// without holding back other domains.
+// virtual time (advanced by 1/weight per started job, and lifted to the system virtual time (that
+// of the last started job) when a domain becomes active, so an idle domain cannot bank credit),
+// then by name. Within a domain, FIFO. A domain with 20 queued builds thus cannot starve another
+// domain's single build. A domain with a cap (SetCap) is skipped while it runs `cap` jobs: its
+// queued keys wait without holding back other domains.
 #pragma once
 
 #include <cstddef>

@@ -253,7 +253,8 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
     self->attach_functor([deliver](const caf::error&) {
       deliver({ErrorJson("kiln stopped before the call finished; retry once it is back"), true});
     });
-    self->set_exception_handler([deliver](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+    self->set_exception_handler([deliver](caf::scheduled_actor*,
+                                          std::exception_ptr& eptr) -> caf::error {
       try {
         std::rethrow_exception(eptr);
       } catch (const std::exception& e) {
@@ -277,7 +278,8 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
     self->request(domain, caf::infinite, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
         .then([=](ToolResult& r) { finish(std::move(r)); },
               [=](caf::error& e) {
-                spdlog::warn("call {}: the domain did not answer: {}", call.tool, caf::to_string(e));
+                spdlog::warn("call {}: the domain did not answer: {}", call.tool,
+                             caf::to_string(e));
                 finish({ErrorJson("kiln could not complete " + call.tool +
                                   " (the domain did not answer); retry the call, and tell the "
                                   "operator if it persists"),

@@ -113,7 +113,8 @@ TEST(ToolViews, BuildJsonShapes) {
 
 // --- every byte that reaches a result is safe (issue 15) ---
 TEST(ToolViews, BuildJsonWithIllFormedBytesSerialisesAsValidUtf8) {
-  const std::string hostile = "RUN printf '\xFF\xFE bad bytes\\n'\n\xFF\xFE bad\xC0\xAF\xED\xA0\x80\xE2\x82";
+  const std::string hostile =
+      "RUN printf '\xFF\xFE bad bytes\\n'\n\xFF\xFE bad\xC0\xAF\xED\xA0\x80\xE2\x82";
   auto o = std::make_shared<BuildOutcome>();
   o->status = BuildStatus::kFailed;
   o->error = "build failed: " + hostile;

@@ -155,7 +155,7 @@ int Build(const std::map<std::string, std::string>& flags) {
   }).detach();
   kiln::ToolResult r = rt->BuildAndWait(domain, req);
   rt->Shutdown(std::chrono::milliseconds(0));
-  std::cout << DumpJson(r.structured, 2) << std::endl;
+  std::cout << kiln::DumpJson(r.structured, 2) << std::endl;
   return r.is_error ? 1 : 0;
 }
 

@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (IsValidUtf8(log)) KILN_FUZZ_CHECK(fixed == log);
 
   // The build view with hostile bytes everywhere a build's output can reach.
-  static const BuildStatus kStatuses[] = {BuildStatus::kQueued, BuildStatus::kBuilding,
+  static const BuildStatus kStatuses[] = {BuildStatus::kQueued, BuildStatus::kRunning,
                                           BuildStatus::kSucceeded, BuildStatus::kFailed,
                                           BuildStatus::kCancelled};
   auto o = std::make_shared<BuildOutcome>();
