@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 #include "builder/fake_builder.h"
+#include "common/json_text.h"
 #include "deploy/fake_deployer.h"
 
 namespace kiln {
@@ -420,6 +421,64 @@ TEST_F(ActorsTest, RestartKeepsLatestBuildsAndDeployedBuild) {
   ToolResult st = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
   EXPECT_EQ(st.structured["latest_build"]["build_id"], next.structured["build_id"]);
 }
+
+// --- every byte that reaches a result is safe (issue 15) ---
+TEST_F(ActorsTest, InvalidUtf8InBuildOutputIsAnsweredAsValidJson) {
+  const std::string hostile =
+      "RUN printf '\\377\\376'\n\xFF\xFE bad bytes\n\xED\xA0\x80 \xC0\xAF caf\xC3\xA9\n";
+  builder_->extra_output = hostile + "trunc \xE2\x82";
+  builder_->error_suffix = ": \xFF\xFE";
+  Start(1);
+  ToolResult r = Build("a", "bad", Source("bad", "x", /*broken=*/true));
+  EXPECT_TRUE(r.is_error);
+  std::string text;
+  ASSERT_NO_THROW(text = r.structured.dump()) << "the strict dump must not throw";
+  EXPECT_TRUE(IsValidUtf8(text));
+  EXPECT_NE(r.structured["log_tail"].get<std::string>().find("\xEF\xBF\xBD\xEF\xBF\xBD bad bytes"),
+            std::string::npos);
+  EXPECT_NE(r.structured["log_tail"].get<std::string>().find("caf\xC3\xA9"), std::string::npos);
+  // Through the per-call bridge (the MCP path): status and the log in small chunks.
+  ToolResult st = Call("a", "candidate_status", {{"candidate", "bad"}}).get();
+  ASSERT_FALSE(st.is_error) << DumpJson(st.structured);
+  ASSERT_NO_THROW(st.structured.dump());
+  std::string id = st.structured["latest_build"]["build_id"];
+  std::string whole = Call("a", "build_log", {{"build_id", id}}).get().structured["text"];
+  EXPECT_TRUE(IsValidUtf8(whole));
+  std::string joined;
+  size_t offset = 0;
+  for (int i = 0; i < 1000; ++i) {
+    ToolResult c =
+        Call("a", "build_log", {{"build_id", id}, {"offset", offset}, {"limit", 3}}).get();
+    ASSERT_FALSE(c.is_error) << DumpJson(c.structured);
+    ASSERT_NO_THROW(c.structured.dump());
+    joined += c.structured["text"].get<std::string>();
+    ASSERT_GT(c.structured["next_offset"].get<size_t>(), offset);
+    offset = c.structured["next_offset"];
+    if (c.structured["complete"].get<bool>()) break;
+  }
+  EXPECT_EQ(joined, whole);
+  // kiln keeps answering, also the other domain.
+  EXPECT_FALSE(Call("b", "list_candidates", json::object()).get().is_error);
+}
+
+TEST_F(ActorsTest, ACallWhoseAnswerFailsToRenderStillGetsExactlyOneErrorAnswer) {
+  Start(1);
+  auto p = std::make_shared<std::promise<ToolResult>>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  rt_->Call({"a", "list_candidates", json::object()}, nullptr, [p, calls](ToolResult r) {
+    if (++*calls == 1) throw std::runtime_error("rendering failed");  // e.g. a transport bug
+    p->set_value(std::move(r));
+  });
+  ToolResult r = p->get_future().get();
+  EXPECT_TRUE(r.is_error);
+  EXPECT_NE(r.structured["error"].get<std::string>().find("internal error"), std::string::npos)
+      << DumpJson(r.structured);
+  EXPECT_EQ(calls->load(), 2);
+  // The runtime is still healthy.
+  EXPECT_FALSE(Call("a", "list_candidates", json::object()).get().is_error);
+  EXPECT_EQ(calls->load(), 2);
+}
+// --- end every byte safe ---
 
 }  // namespace
 }  // namespace kiln

@@ -40,6 +40,11 @@ void BuildMetrics::SetRunning(size_t running) {
   running_ = running;
 }
 
+void BuildMetrics::SetDomainRunning(const std::string& domain, size_t running, size_t slots) {
+  std::lock_guard<std::mutex> l(mu_);
+  domain_running_[domain] = {running, slots};
+}
+
 void BuildMetrics::RenderHistogram(std::string* out, const std::string& name,
                                    const std::string& labels, const Histogram& h) {
   char buf[64];
@@ -80,6 +85,14 @@ std::string BuildMetrics::Render() const {
   out += "# HELP kiln_builds_running Builds holding a slot.\n";
   out += "# TYPE kiln_builds_running gauge\n";
   out += "kiln_builds_running " + std::to_string(running_) + "\n";
+  out += "# HELP kiln_domain_builds_running Builds holding a slot, by domain.\n";
+  out += "# TYPE kiln_domain_builds_running gauge\n";
+  for (const auto& [d, v] : domain_running_)
+    out += "kiln_domain_builds_running{domain=\"" + d + "\"} " + std::to_string(v.first) + "\n";
+  out += "# HELP kiln_domain_build_slots Build slots a domain may hold at once.\n";
+  out += "# TYPE kiln_domain_build_slots gauge\n";
+  for (const auto& [d, v] : domain_running_)
+    out += "kiln_domain_build_slots{domain=\"" + d + "\"} " + std::to_string(v.second) + "\n";
   return out;
 }
 

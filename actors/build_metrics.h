@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -17,6 +18,8 @@ class BuildMetrics {
                      double build_seconds, double push_seconds, bool cache_hit);
   void SetQueueDepth(const std::string& domain, size_t depth);
   void SetRunning(size_t running);
+  /// Per-domain build slots (issue 15): builds of `domain` holding a slot, and its cap.
+  void SetDomainRunning(const std::string& domain, size_t running, size_t slots);
   std::string Render() const;
 
  private:
@@ -37,6 +40,7 @@ class BuildMetrics {
   std::map<std::string, uint64_t> cache_hits_;
   std::map<std::string, size_t> queue_depth_;
   size_t running_ = 0;
+  std::map<std::string, std::pair<size_t, size_t>> domain_running_;  // domain -> (running, slots)
 };
 
 }  // namespace kiln

@@ -30,6 +30,7 @@
 #include "actors/tool_views.h"
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
+#include "common/json_text.h"
 #include "workspace/checkout.h"
 #include "workspace/source_tree.h"
 
@@ -489,7 +490,7 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
     o->diagnostics = d.diagnostics;
     FailureView v = Describe(self, d.phase, d);
     if (v.error_kind == "infrastructure") spdlog::warn("build {}: {}", r.snap.id, d.status.message());
-    o->error = v.error;
+    o->error = ToValidUtf8(v.error);
     o->error_kind = v.error_kind;
     // The builder's own words are the last line of the log, where the agent looks first.
     if (r.log) r.log->Append("kiln: " + v.error + "\n");
@@ -557,7 +558,7 @@ void OnPushed(Self* self, Record& r, const WorkDone& d) {
   } else {
     FailureView v = Describe(self, "push", d);
     if (v.error_kind == "infrastructure") spdlog::warn("build {}: {}", r.snap.id, d.status.message());
-    o->error = v.error;
+    o->error = ToValidUtf8(v.error);
     o->error_kind = v.error_kind;
     if (r.log) r.log->Append("kiln: " + v.error + "\n");
   }

@@ -25,6 +25,7 @@
 #include "actors/state_writer.h"
 #include "state/state_store.h"
 #include "actors/tool_views.h"
+#include "common/json_text.h"
 
 namespace kiln {
 namespace {
@@ -172,6 +173,8 @@ void FinishDeploy(Self* self, DeployRun& run, DeployResult res) {
   auto& s = self->state;
   if (run.result) return;
   res.elapsed_ms = ElapsedMs(run.created);
+  res.reason = ToValidUtf8(res.reason);  // a deployed program's output may be any bytes
+  res.message = ToValidUtf8(res.message);
   run.result = res;
   if (res.state == DeployState::kRolledOut) {
     s.deployed = {{"deploy_id", run.id},       {"build_id", run.req.build_id},
@@ -477,7 +480,9 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
         if (it == self->state.deploys.end() || it->second.result) return;
         DeployRun& run = it->second;
         run.progress += 1;
-        for (auto& sink : run.sinks) self->send(sink, progress_atom::value, ToolProgress{run.progress, std::nullopt, line});
+        for (auto& sink : run.sinks)
+          self->send(sink, progress_atom::value,
+                     ToolProgress{run.progress, std::nullopt, ToValidUtf8(line)});
       },
       [=](journaled_atom, uint64_t ticket) { self->state.answers.Release(ticket); },
       [=](deploy_done_atom, const std::string& id, DeployResult& res) {

@@ -9,6 +9,8 @@ void FairQueue::SetWeight(const std::string& domain, int weight) {
   domains_[domain].weight = std::max(1, weight);
 }
 
+void FairQueue::SetCap(const std::string& domain, size_t cap) { domains_[domain].cap = cap; }
+
 void FairQueue::Push(const std::string& domain, const std::string& key, bool front) {
   auto& st = domains_[domain];
   auto& q = queues_[domain];
@@ -37,13 +39,14 @@ bool FairQueue::Remove(const std::string& key) {
   return true;
 }
 
-std::optional<std::string> FairQueue::PickDomain() const {
+std::optional<std::string> FairQueue::PickDomain(bool respect_caps) const {
   std::optional<std::string> best;
   double best_ratio = 0, best_vtime = 0;
   for (const auto& [d, q] : queues_) {
     if (q.empty()) continue;
     auto it = domains_.find(d);
     DomainState st = it == domains_.end() ? DomainState{} : it->second;
+    if (respect_caps && st.cap > 0 && st.running >= st.cap) continue;
     double ratio = static_cast<double>(st.running) / st.weight;
     if (!best || ratio < best_ratio || (ratio == best_ratio && st.vtime < best_vtime)) {
       best = d;
@@ -54,8 +57,10 @@ std::optional<std::string> FairQueue::PickDomain() const {
   return best;
 }
 
-std::optional<std::pair<std::string, std::string>> FairQueue::Pop() {
-  auto d = PickDomain();
+std::optional<std::pair<std::string, std::string>> FairQueue::Pop() { return PopImpl(true); }
+
+std::optional<std::pair<std::string, std::string>> FairQueue::PopImpl(bool respect_caps) {
+  auto d = PickDomain(respect_caps);
   if (!d) return std::nullopt;
   auto& q = queues_[*d];
   std::string key = q.front();
@@ -78,7 +83,8 @@ std::optional<size_t> FairQueue::Position(const std::string& key) const {
   if (!key_domain_.count(key)) return std::nullopt;
   FairQueue copy = *this;
   for (size_t pos = 0; copy.size_ > 0; ++pos) {
-    auto next = copy.Pop();
+    auto next = copy.PopImpl(true);
+    if (!next) next = copy.PopImpl(false);  // only capped domains left
     if (!next) break;
     if (next->second == key) return pos;
   }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
 #include "common/sha256.h"
 
 namespace kiln {
@@ -22,7 +23,7 @@ Status KeyStore::Save(const std::string& key, const BuildOutcome& o) const {
   nlohmann::json j = {{"key", key},         {"image_ref", o.image_ref}, {"digest", o.digest},
                       {"built_by", o.built_by}, {"commit", o.commit},  {"build_ms", o.build_ms},
                       {"push_ms", o.push_ms}};
-  std::string body = j.dump() + "\n";
+  std::string body = DumpJson(j) + "\n";
   std::string tmp = dir_ + "/." + key + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Internal("cannot write " + tmp);

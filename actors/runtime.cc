@@ -28,6 +28,7 @@
 #include "builder/layered_builder.h"
 #include "builder/process_runner.h"
 #include "builder/registry_client.h"
+#include "common/json_text.h"
 #include "common/names.h"
 #include "state/state_store.h"
 #include "deploy/local_deployer.h"
@@ -148,10 +149,14 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   impl->sys_cfg = std::make_unique<SystemConfig>(opts.worker_threads);
   impl->sys = std::make_unique<caf::actor_system>(*impl->sys_cfg);
   std::map<std::string, int> weights;
-  for (const auto& [name, d] : config->domains) weights[name] = d.weight;
+  std::map<std::string, size_t> slots;  // per-domain build slots (issue 15)
+  for (const auto& [name, d] : config->domains) {
+    weights[name] = d.weight;
+    slots[name] = static_cast<size_t>(DomainBuildSlots(*config, d));
+  }
   auto keys = std::make_shared<KeyStore>(state + "/keys");
   impl->scheduler = SpawnScheduler(*impl->sys, config->scheduler.max_parallel_builds, weights,
-                                   impl->metrics, keys->LoadAll());
+                                   impl->metrics, keys->LoadAll(), slots);
 
   for (const auto& [name, d] : config->domains) {
     auto env = std::make_shared<DomainEnv>();
@@ -220,15 +225,52 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
     handle = impl->next_handle++;
   }
   caf::actor domain = dom->second;
+  // Exactly one answer per call, whatever happens: `answered` guards every way out (result,
+  // request error, an exception while rendering or delivering, the bridge exiting unanswered).
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto deliver = [impl, handle, done, answered, tool = call.tool](ToolResult r) {
+    if (answered->exchange(true)) return;
+    {
+      std::lock_guard<std::mutex> l(impl->mu);
+      impl->calls.erase(handle);
+    }
+    try {
+      MakeValidUtf8(&r.structured);  // build and program bytes may be ill-formed UTF-8
+      done(std::move(r));
+      return;
+    } catch (const std::exception& e) {
+      spdlog::error("call {}: rendering the result failed: {}", tool, e.what());
+    }
+    try {
+      done({ErrorJson("kiln could not render the result of " + tool +
+                      " (internal error); retry the call, and tell the operator if it persists"),
+            true});
+    } catch (const std::exception& e) {
+      spdlog::error("call {}: delivering the error result failed: {}", tool, e.what());
+    }
+  };
   auto bridge = impl->sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
     auto build_id = std::make_shared<std::string>();
     auto cancel_pending = std::make_shared<bool>(false);
-    auto finish = [=](ToolResult r) {
-      {
-        std::lock_guard<std::mutex> l(impl->mu);
-        impl->calls.erase(handle);
+    self->attach_functor([deliver](const caf::error&) {
+      deliver({ErrorJson("kiln stopped before the call finished; retry once it is back"), true});
+    });
+    self->set_exception_handler([deliver](caf::scheduled_actor*,
+                                          std::exception_ptr& eptr) -> caf::error {
+      try {
+        std::rethrow_exception(eptr);
+      } catch (const std::exception& e) {
+        spdlog::error("call bridge failed: {}", e.what());
+      } catch (...) {
+        spdlog::error("call bridge failed: unknown exception");
       }
-      done(std::move(r));
+      deliver({ErrorJson("kiln failed while answering this call (internal error); retry the call, "
+                         "and tell the operator if it persists"),
+               true});
+      return caf::make_error(caf::sec::runtime_error);
+    });
+    auto finish = [=](ToolResult r) {
+      deliver(std::move(r));
       self->quit();
     };
     auto send_cancel = [=] {
@@ -237,7 +279,14 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
     };
     self->request(domain, caf::infinite, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
         .then([=](ToolResult& r) { finish(std::move(r)); },
-              [=](caf::error& e) { finish({ErrorJson("internal error: " + caf::to_string(e)), true}); });
+              [=](caf::error& e) {
+                spdlog::warn("call {}: the domain did not answer: {}", call.tool,
+                             caf::to_string(e));
+                finish({ErrorJson("kiln could not complete " + call.tool +
+                                  " (the domain did not answer); retry the call, and tell the "
+                                  "operator if it persists"),
+                        true});
+              });
     return {
         [=](progress_atom, ToolProgress& p) {
           if (progress) progress(p);
@@ -256,7 +305,7 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
   });
   {
     std::lock_guard<std::mutex> l(impl->mu);
-    impl->calls[handle] = bridge;
+    if (!answered->load()) impl->calls[handle] = bridge;  // not when already answered
   }
   return handle;
 }

@@ -24,6 +24,8 @@ struct SchedulerState {
   std::map<std::string, std::string> build_domain;
   std::shared_ptr<BuildMetrics> metrics;
   std::map<std::string, int> weights;
+  std::map<std::string, size_t> slots;  // per-domain caps
+  size_t max_parallel = 0;
   uint64_t cache_hits = 0;
   uint64_t deduplicated = 0;
   static inline const char* name = "kiln.scheduler";
@@ -33,7 +35,12 @@ using Self = caf::stateful_actor<SchedulerState>;
 void UpdateGauges(Self* self) {
   auto& s = self->state;
   if (!s.metrics) return;
-  for (const auto& [d, w] : s.weights) s.metrics->SetQueueDepth(d, s.core->QueueDepth(d));
+  for (const auto& [d, w] : s.weights) {
+    s.metrics->SetQueueDepth(d, s.core->QueueDepth(d));
+    auto cap = s.slots.find(d);
+    s.metrics->SetDomainRunning(d, s.core->Running(d),
+                                cap == s.slots.end() ? s.max_parallel : cap->second);
+  }
   s.metrics->SetRunning(s.core->running());
 }
 
@@ -52,7 +59,8 @@ void Dispatch(Self* self) {
 
 caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::string, int> weights,
                                 std::shared_ptr<BuildMetrics> metrics,
-                                std::vector<std::pair<std::string, OutcomePtr>> known) {
+                                std::vector<std::pair<std::string, OutcomePtr>> known,
+                                std::map<std::string, size_t> slots) {
   self->attach_functor([](const caf::error& reason) {
     if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
       spdlog::warn("scheduler actor exited: {}", caf::to_string(reason));
@@ -73,8 +81,12 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
   s.core = std::make_unique<SchedulerCore>(max_parallel);
   for (const auto& [d, w] : weights) s.core->SetWeight(d, w);
   for (auto& [k, o] : known) s.core->Remember(k, o);
+  for (const auto& [d, n] : slots) s.core->SetDomainCap(d, n);
   s.weights = std::move(weights);
+  s.slots = std::move(slots);
+  s.max_parallel = max_parallel;
   s.metrics = std::move(metrics);
+  UpdateGauges(self);
   return {
       [=](submit_atom, const JobRequest& req, caf::actor& cand) -> SubmitReply {
         auto& s = self->state;
@@ -158,9 +170,10 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
 
 caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
                           std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
-                          std::vector<std::pair<std::string, OutcomePtr>> known) {
+                          std::vector<std::pair<std::string, OutcomePtr>> known,
+                          std::map<std::string, size_t> slots) {
   return sys.spawn(SchedulerBehavior, max_parallel, std::move(weights), std::move(metrics),
-                   std::move(known));
+                   std::move(known), std::move(slots));
 }
 
 }  // namespace kiln

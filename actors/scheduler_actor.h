@@ -18,8 +18,10 @@ class BuildMetrics;
 
 /// `weights`: domain -> weight. `metrics` may be null.
 /// `known` seeds the build-key cache (loaded from the KeyStore).
+/// `slots`: domain -> the most builds it may run at once (absent: only `max_parallel`).
 caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
                           std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
-                          std::vector<std::pair<std::string, OutcomePtr>> known = {});
+                          std::vector<std::pair<std::string, OutcomePtr>> known = {},
+                          std::map<std::string, size_t> slots = {});
 
 }  // namespace kiln

@@ -8,6 +8,10 @@
 // runs it) and zero or more waiters (other builds with the same key). When the owner is
 // cancelled while others still wait, ownership passes to the next waiter. A succeeded key is
 // cached; a later submit of it is a cache hit.
+//
+// Slots: at most `max_parallel` jobs run at once, and at most a domain's cap (SetDomainCap) of
+// one domain: a domain at its cap keeps its queued jobs waiting while other domains' jobs are
+// still admitted in fair (weighted) order, so one domain's hung builds cannot hold every slot.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +46,8 @@ class SchedulerCore {
   explicit SchedulerCore(size_t max_parallel, size_t cache_capacity = 4096);
 
   void SetWeight(const std::string& domain, int weight) { queue_.SetWeight(domain, weight); }
+  /// At most `cap` running jobs of `domain` (0: only the global limit applies).
+  void SetDomainCap(const std::string& domain, size_t cap) { queue_.SetCap(domain, cap); }
 
   enum class SubmitKind { kCacheHit, kJoined, kQueued, kDuplicateId };
   struct SubmitDecision {
@@ -81,6 +87,7 @@ class SchedulerCore {
   std::optional<size_t> Position(const BuildId& id) const;
 
   size_t running() const { return running_; }
+  size_t Running(const std::string& domain) const { return queue_.Running(domain); }
   size_t queued() const { return queue_.size(); }
   size_t QueueDepth(const std::string& domain) const { return queue_.Depth(domain); }
   size_t cache_size() const { return cache_.size(); }

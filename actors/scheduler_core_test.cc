@@ -212,5 +212,133 @@ TEST(PushLanes, SerializesPerRegistry) {
   EXPECT_FALSE(p.Holder("r1"));
 }
 
+// --- per-domain build slots (issue 15) ---
+
+JobRequest Job(const std::string& domain, int i) {
+  std::string n = domain + std::to_string(i);
+  return {"b-" + n, domain, "c-" + n, "k-" + n};
+}
+
+size_t CountDomain(const std::vector<StartOrder>& started, const std::string& domain) {
+  size_t n = 0;
+  for (const auto& o : started) n += o.domain == domain;
+  return n;
+}
+
+TEST(SchedulerCoreSlots, DomainAtItsCapWithHungBuildsDoesNotBlockOthers) {
+  SchedulerCore s(4);
+  s.SetDomainCap("A", 2);
+  s.SetDomainCap("B", 2);
+  for (int i = 0; i < 10; ++i) s.Submit(Job("A", i));
+  auto started = s.Dispatch();
+  EXPECT_EQ(started.size(), 2u);  // A holds its two slots and never finishes (hung builds)
+  EXPECT_EQ(CountDomain(started, "A"), 2u);
+  EXPECT_TRUE(s.Dispatch().empty()) << "A is at its cap: its queued builds wait";
+  EXPECT_EQ(s.QueueDepth("A"), 8u);
+  s.Submit(Job("B", 0));
+  started = s.Dispatch();
+  ASSERT_EQ(started.size(), 1u) << "B is admitted although A's builds hang";
+  EXPECT_EQ(started[0].domain, "B");
+  for (int i = 1; i < 4; ++i) s.Submit(Job("B", i));
+  started = s.Dispatch();
+  EXPECT_EQ(started.size(), 1u);  // B reaches its own cap of 2
+  EXPECT_EQ(s.Running("A"), 2u);
+  EXPECT_EQ(s.Running("B"), 2u);
+  EXPECT_EQ(s.running(), 4u);
+  // A capped domain's queued build is ranked after the others, but still has a position.
+  ASSERT_TRUE(s.Position("b-B2"));
+  ASSERT_TRUE(s.Position("b-A2"));
+}
+
+TEST(SchedulerCoreSlots, WithoutCapsOneDomainTakesEverySlot) {
+  // The behaviour the caps exist for: no cap, and A's hung builds hold all slots.
+  SchedulerCore s(4);
+  for (int i = 0; i < 10; ++i) s.Submit(Job("A", i));
+  EXPECT_EQ(s.Dispatch().size(), 4u);
+  s.Submit(Job("B", 0));
+  EXPECT_TRUE(s.Dispatch().empty());
+}
+
+TEST(SchedulerCoreSlots, CapOfOneRunsOneBuildAtATime) {
+  SchedulerCore s(3);
+  s.SetDomainCap("A", 1);
+  for (int i = 0; i < 3; ++i) s.Submit(Job("A", i));
+  auto started = s.Dispatch();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].owner, "b-A0");
+  EXPECT_TRUE(s.Dispatch().empty());
+  s.Finish(started[0].key, started[0].owner, Outcome(BuildStatus::kFailed));
+  started = s.Dispatch();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].owner, "b-A1");  // FIFO within the domain
+}
+
+TEST(SchedulerCoreSlots, CapsCombineWithWeights) {
+  {
+    SchedulerCore s(4);  // weights alone: 3 to 1
+    s.SetWeight("A", 3);
+    for (int i = 0; i < 10; ++i) s.Submit(Job("A", i));
+    for (int i = 0; i < 10; ++i) s.Submit(Job("B", i));
+    auto started = s.Dispatch();
+    EXPECT_EQ(CountDomain(started, "A"), 3u);
+    EXPECT_EQ(CountDomain(started, "B"), 1u);
+  }
+  {
+    SchedulerCore s(4);  // the cap bounds the heavy domain; the slot goes to the other one
+    s.SetWeight("A", 3);
+    s.SetDomainCap("A", 2);
+    for (int i = 0; i < 10; ++i) s.Submit(Job("A", i));
+    for (int i = 0; i < 10; ++i) s.Submit(Job("B", i));
+    auto started = s.Dispatch();
+    EXPECT_EQ(CountDomain(started, "A"), 2u);
+    EXPECT_EQ(CountDomain(started, "B"), 2u);
+    // When an A build finishes, A (below its cap, lowest ratio) gets the slot back.
+    for (const auto& o : started) {
+      if (o.domain != "A") continue;
+      s.Finish(o.key, o.owner, Outcome(BuildStatus::kSucceeded));
+      break;
+    }
+    auto next = s.Dispatch();
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0].domain, "A");
+  }
+}
+
+TEST(SchedulerCoreSlots, CancelFreesTheDomainsSlot) {
+  SchedulerCore s(4);
+  s.SetDomainCap("A", 1);
+  s.Submit(Job("A", 0));
+  s.Submit(Job("A", 1));
+  auto started = s.Dispatch();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(s.Cancel("b-A1").kind, SchedulerCore::CancelKind::kRemovedQueued);
+  s.Submit(Job("A", 2));
+  EXPECT_EQ(s.Cancel("b-A0").kind, SchedulerCore::CancelKind::kKillRunning);
+  EXPECT_TRUE(s.Dispatch().empty()) << "the slot is held until the killed build finishes";
+  s.Finish("k-A0", "b-A0", Outcome(BuildStatus::kCancelled));
+  EXPECT_EQ(s.Running("A"), 0u);
+  started = s.Dispatch();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].owner, "b-A2");
+}
+
+TEST(SchedulerCoreSlots, RequeuedJobAfterCancelWaitsForTheCap) {
+  SchedulerCore s(4);
+  s.SetDomainCap("A", 1);
+  s.Submit(Job("A", 0));
+  JobRequest joined = Job("A", 9);
+  joined.key = "k-A0";  // same key: waits on A0
+  s.Submit(joined);
+  s.Submit(Job("A", 1));
+  ASSERT_EQ(s.Dispatch().size(), 1u);
+  auto fin = s.Finish("k-A0", "b-A0", Outcome(BuildStatus::kCancelled));
+  EXPECT_TRUE(fin.requeued);
+  auto started = s.Dispatch();
+  ASSERT_EQ(started.size(), 1u);  // the waiter's job, at the front; A1 still waits
+  EXPECT_EQ(started[0].owner, "b-A9");
+  EXPECT_EQ(s.QueueDepth("A"), 1u);
+}
+// --- end per-domain build slots ---
+
 }  // namespace
 }  // namespace kiln

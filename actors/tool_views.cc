@@ -2,6 +2,7 @@
 
 #include "actors/build_failure.h"
 
+#include "common/json_text.h"
 #include "common/names.h"
 
 namespace kiln {
@@ -193,9 +194,10 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
                   {"build_ms", b.timings.build_ms},
                   {"push_ms", b.timings.push_ms},
                   {"total_ms", b.timings.total_ms}};
+  MakeValidUtf8(&j);  // log tail, diagnostics and errors carry the build's own bytes
   return j;
 }
 
-nlohmann::json ErrorJson(const std::string& message) { return {{"error", message}}; }
+nlohmann::json ErrorJson(const std::string& message) { return {{"error", ToValidUtf8(message)}}; }
 
 }  // namespace kiln

@@ -50,8 +50,10 @@ Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* o
 /// Build ids look like "b-" + 16 lowercase hex.
 bool IsValidBuildId(const std::string& id);
 
+/// The build_candidate / candidate_status view of a build. Every string in it is valid UTF-8
+/// (ill-formed bytes from the build are replaced by U+FFFD), so it always serialises.
 nlohmann::json BuildJson(const BuildSnapshot& b);
-/// A tool-level error result body: {"error": message}.
+/// A tool-level error result body: {"error": message}, message made valid UTF-8.
 nlohmann::json ErrorJson(const std::string& message);
 
 }  // namespace kiln

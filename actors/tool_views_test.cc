@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/json_text.h"
+
 namespace kiln {
 namespace {
 
@@ -108,6 +110,51 @@ TEST(ToolViews, BuildJsonShapes) {
   for (const char* k : {"queued_ms", "build_ms", "push_ms", "total_ms"})
     EXPECT_TRUE(j["timings"].contains(k)) << k;
 }
+
+// --- every byte that reaches a result is safe (issue 15) ---
+TEST(ToolViews, BuildJsonWithIllFormedBytesSerialisesAsValidUtf8) {
+  const std::string hostile =
+      "RUN printf '\xFF\xFE bad bytes\\n'\n\xFF\xFE bad\xC0\xAF\xED\xA0\x80\xE2\x82";
+  auto o = std::make_shared<BuildOutcome>();
+  o->status = BuildStatus::kFailed;
+  o->error = "build failed: " + hostile;
+  o->diagnostics.push_back({"main\xFF.go", 3, 1, "error", "undefined: \xFE" + hostile});
+  BuildSnapshot b;
+  b.id = "b-0123456789abcdef";
+  b.candidate = "c1";
+  b.status = BuildStatus::kFailed;
+  b.outcome = o;
+  b.log_tail = hostile;
+  json j = BuildJson(b);
+  std::string text;
+  ASSERT_NO_THROW(text = j.dump()) << "the strict dump (as the bridge used to) must not throw";
+  EXPECT_TRUE(IsValidUtf8(text));
+  json back = json::parse(text);
+  EXPECT_EQ(back["log_tail"], ToValidUtf8(hostile));
+  EXPECT_EQ(back["error"], ToValidUtf8("build failed: " + hostile));
+  EXPECT_EQ(back["diagnostics"][0]["file"], ToValidUtf8("main\xFF.go"));
+  EXPECT_NE(back["log_tail"].get<std::string>().find(" bad bytes"), std::string::npos);
+  // Snapshot error (no outcome) too.
+  BuildSnapshot early = b;
+  early.outcome = nullptr;
+  early.error = hostile;
+  EXPECT_NO_THROW(BuildJson(early).dump());
+}
+
+TEST(ToolViews, ValidMultiByteTextIsKeptAsIs) {
+  BuildSnapshot b;
+  b.id = "b-0123456789abcdef";
+  b.candidate = "c1";
+  b.log_tail = "compil\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x94\xA5\n";
+  EXPECT_EQ(BuildJson(b)["log_tail"], b.log_tail);
+}
+
+TEST(ToolViews, ErrorJsonIsValidUtf8) {
+  json j = ErrorJson("deploy failed: \xFF\xFEoutput");
+  EXPECT_NO_THROW(j.dump());
+  EXPECT_EQ(j["error"], "deploy failed: \xEF\xBF\xBD\xEF\xBF\xBDoutput");
+}
+// --- end every byte safe ---
 
 }  // namespace
 }  // namespace kiln

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
 #include "common/names.h"
 #include "net/http_client.h"
 
@@ -125,7 +126,7 @@ int ApplyCommand(const std::map<std::string, std::string>& flags) {
                  {"Accept", "application/json"}};
   nlohmann::json body = nlohmann::json::object();
   if (!candidate.empty()) body["candidate"] = candidate;
-  req.body = body.dump();
+  req.body = DumpJson(body);
   HttpClientResponse resp;
   HttpResult hr = HttpRoundTrip(origin, tls.get(), req, std::chrono::seconds(timeout_s), &resp);
   if (!hr.ok()) {

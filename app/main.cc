@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "common/json_text.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "common/sha256.h"
@@ -155,7 +156,7 @@ int Build(const std::map<std::string, std::string>& flags) {
   }).detach();
   kiln::ToolResult r = rt->BuildAndWait(domain, req);
   rt->Shutdown(std::chrono::milliseconds(0));
-  std::cout << r.structured.dump(2) << std::endl;
+  std::cout << kiln::DumpJson(r.structured, 2) << std::endl;
   return r.is_error ? 1 : 0;
 }
 

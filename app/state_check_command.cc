@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "common/json_text.h"
 #include "state/state_store.h"
 
 namespace kiln {
@@ -78,7 +79,7 @@ int StateCheckCommand(const std::string& state_dir, bool list_builds, std::ostre
   if (!s.ok()) {
     err << "kiln state-check: " << s.ToString() << "\n";
     json j{{"ok", false}, {"error", s.ToString()}};
-    out << j.dump(2) << "\n";
+    out << DumpJson(j, 2) << "\n";
     return 1;
   }
 
@@ -129,7 +130,7 @@ int StateCheckCommand(const std::string& state_dir, bool list_builds, std::ostre
   }
   doc["domains"] = std::move(domains);
   if (list_builds) doc["build_list"] = std::move(list);
-  out << doc.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  out << DumpJson(doc, 2) << "\n";
   if (!ok) {
     err << "kiln state-check: the state in " << src.string() << " is damaged: "
         << sum.corruptions.size() << " corrupt region(s), " << sum.duplicate_terminal.size()

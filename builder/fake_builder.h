@@ -26,6 +26,8 @@ class FakeBuilder : public Builder {
   std::atomic<int> max_concurrent_pushes{0};
   std::mutex mu;
   std::vector<std::string> built_candidates;  // in start order
+  std::string extra_output;  // printed after the compile step (set before building)
+  std::string error_suffix;  // appended to a compile failure's message
 
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override {
     {
@@ -49,9 +51,10 @@ class FakeBuilder : public Builder {
     }
     --concurrent;
     if (out) out("step 1/1: compiling\n");
+    if (out && !extra_output.empty()) out(extra_output);
     if (std::filesystem::exists(job.source_dir + "/BROKEN")) {
       if (out) out("./main.go:3:2: undefined: foo\n");
-      r.status = Status::FailedPrecondition("build failed (exit 1)");
+      r.status = Status::FailedPrecondition("build failed (exit 1)" + error_suffix);
       r.compile_failed = true;
       r.diagnostics.push_back({"main.go", 3, 2, "error", "undefined: foo"});
       return r;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/json_text.h"
+
 namespace kiln {
 
 void LogBuffer::Append(std::string_view s) {
@@ -27,7 +29,21 @@ LogBuffer::Chunk LogBuffer::Read(size_t offset, size_t limit) const {
   size_t from = std::max(offset, start_);
   if (from > end) from = end;
   size_t n = std::min(limit, end - from);
-  c.text = data_.substr(from - start_, n);
+  std::string_view kept(data_);
+  std::string_view raw = kept.substr(from - start_, n);
+  size_t cut = Utf8SafePrefix(raw);
+  if (cut < n) {
+    // The chunk ends inside a character: look at it with the bytes kept after it.
+    Utf8Unit u = Utf8UnitAt(kept.substr(from - start_ + cut, 4));
+    if (u.incomplete && !closed_)
+      n = cut;  // the build is still writing it: a later read gets it whole
+    else if (cut == 0)
+      n = u.length;  // `limit` is smaller than this one unit: hand it out whole
+    else if (!(u.incomplete && from + n == end))
+      n = cut;  // the next chunk starts with it
+    // else the closed log ends inside it: replaced below
+  }
+  c.text = ToValidUtf8(kept.substr(from - start_, n));
   c.offset = from;
   c.next_offset = from + n;
   c.complete = closed_ && c.next_offset == end;
@@ -36,11 +52,16 @@ LogBuffer::Chunk LogBuffer::Read(size_t offset, size_t limit) const {
 
 std::string LogBuffer::Tail(size_t max_bytes) const {
   std::lock_guard<std::mutex> l(mu_);
-  if (data_.size() <= max_bytes) return data_;
+  if (data_.size() <= max_bytes) return ToValidUtf8(data_);
   size_t from = data_.size() - max_bytes;
   size_t nl = data_.find('\n', from);
-  if (nl != std::string::npos && nl + 1 < data_.size()) from = nl + 1;
-  return data_.substr(from);
+  if (nl != std::string::npos && nl + 1 < data_.size()) {
+    from = nl + 1;
+  } else {
+    // No line start: do not begin inside a character.
+    for (int k = 0; k < 3 && from < data_.size() && (data_[from] & 0xC0) == 0x80; ++k) ++from;
+  }
+  return ToValidUtf8(std::string_view(data_).substr(from));
 }
 
 size_t LogBuffer::size() const {

@@ -5,6 +5,7 @@
 // directory.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -152,6 +153,11 @@ struct DomainConfig {
   ImageConfig image;
   DeployConfig deploy;
   PushLimitsConfig push;  // issue 15: starts as Config::push, overridden by domains.<d>.push
+  // --- per-domain build slots (issue 15) ---
+  // Builds of this domain running at once, 1..64 (above scheduler.max_parallel_builds it is
+  // refused). Unset: see DomainBuildSlots().
+  std::optional<int> max_parallel_builds;
+  // --- end per-domain build slots ---
 };
 
 struct Config {
@@ -163,5 +169,17 @@ struct Config {
   std::map<std::string, DomainConfig> domains;
   PushLimitsConfig push;  // issue 15: the default of every domain's push limits
 };
+
+// --- per-domain build slots (issue 15) ---
+/// The build slots domain `d` may hold at once: its `max_parallel_builds` when set; otherwise
+/// the global `scheduler.max_parallel_builds` when it is the only domain, and half of it
+/// (rounded up) when several domains share kiln, so that one domain's hung builds can never
+/// hold every slot until their timeout.
+inline int DomainBuildSlots(const Config& c, const DomainConfig& d) {
+  int global = c.scheduler.max_parallel_builds;
+  if (d.max_parallel_builds) return std::min(*d.max_parallel_builds, global);
+  return c.domains.size() <= 1 ? global : (global + 1) / 2;
+}
+// --- end per-domain build slots ---
 
 }  // namespace kiln

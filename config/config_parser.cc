@@ -300,6 +300,7 @@ class ConfigReader {
   void ReadImage(const json& obj, const std::string& path, ImageConfig* out);
   void ReadDeploy(const json& obj, const std::string& path, DeployConfig* out);
   void CheckUniqueTokens(const Config& config);
+  void CheckDomainBuildSlots(const Config& config);  // per-domain build slots (issue 15)
 
   const std::string base_dir_;
   std::vector<ConfigProblem>* const problems_;
@@ -498,7 +499,19 @@ void ConfigReader::Read(const json& root, Config* out) {
     }
   }
   CheckUniqueTokens(*out);
+  CheckDomainBuildSlots(*out);
 }
+
+// --- per-domain build slots (issue 15) ---
+void ConfigReader::CheckDomainBuildSlots(const Config& config) {
+  for (const auto& [name, d] : config.domains)
+    if (d.max_parallel_builds && *d.max_parallel_builds > config.scheduler.max_parallel_builds)
+      Problem(Join(Join("domains", name), "max_parallel_builds"),
+              "must not exceed scheduler.max_parallel_builds (" +
+                  std::to_string(config.scheduler.max_parallel_builds) + "), got " +
+                  std::to_string(*d.max_parallel_builds));
+}
+// --- end per-domain build slots ---
 
 void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
   const std::string path = "server";
@@ -579,7 +592,7 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
   }
   CheckKeys(obj, path,
             {"token_sha256", "weight", "max_candidates", "tool_aliases", "build", "image", "deploy",
-             "push"});
+             "push", "max_parallel_builds"});
   if (ReadStringList(obj, "token_sha256", path, true, &out->token_sha256)) {
     if (out->token_sha256.empty())
       Problem(Join(path, "token_sha256"), "at least one token hash is required");
@@ -588,6 +601,11 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
   ReadInt(obj, "weight", path, 1, 1000, &out->weight);
   ReadInt(obj, "max_candidates", path, 1, 10000, &out->max_candidates);
   ReadToolAliases(obj, path, out);
+  // --- per-domain build slots (issue 15) ---
+  int slots = 0;
+  ReadInt(obj, "max_parallel_builds", path, 1, 64, &slots);
+  if (slots > 0) out->max_parallel_builds = slots;
+  // --- end per-domain build slots ---
   if (const json* s = Section(obj, "build", path, true))
     ReadBuild(*s, Join(path, "build"), &out->build);
   if (const json* s = Section(obj, "image", path, true))

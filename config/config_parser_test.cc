@@ -987,6 +987,51 @@ TEST_F(ConfigParserTest, PushLimitsAreValidated) {
   EXPECT_FALSE(Parse(j).empty());
 }
 // --- end issue 15 ------------------------------------------------------------------------
+// --- per-domain build slots (issue 15) ---
+TEST_F(ConfigParserTest, DomainMaxParallelBuildsParsesAndDefaults) {
+  json j = Valid();
+  j["scheduler"] = {{"max_parallel_builds", 5}};
+  j["domains"]["epp"]["max_parallel_builds"] = 2;
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.domains["epp"].max_parallel_builds, 2);
+  EXPECT_FALSE(c.domains["ranker"].max_parallel_builds.has_value());
+  EXPECT_EQ(DomainBuildSlots(c, c.domains["epp"]), 2);
+  EXPECT_EQ(DomainBuildSlots(c, c.domains["ranker"]), 3);  // several domains: half, rounded up
+  // One domain alone keeps every slot by default.
+  json one = Valid();
+  one["scheduler"] = {{"max_parallel_builds", 5}};
+  one["domains"].erase("ranker");
+  Config c1;
+  problems = Parse(one, &c1);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(DomainBuildSlots(c1, c1.domains["epp"]), 5);
+  // A configured cap equal to the global one is allowed.
+  j["domains"]["epp"]["max_parallel_builds"] = 5;
+  Config c2;
+  ASSERT_TRUE(Parse(j, &c2).empty());
+  EXPECT_EQ(DomainBuildSlots(c2, c2.domains["epp"]), 5);
+}
+
+TEST_F(ConfigParserTest, DomainMaxParallelBuildsRejectsBadValues) {
+  for (const json& bad : {json(0), json(65), json(-1), json("2"), json(1.5), json(true)}) {
+    json j = Valid();
+    j["scheduler"] = {{"max_parallel_builds", 64}};
+    j["domains"]["epp"]["max_parallel_builds"] = bad;
+    ExpectOnly(j, "domains.epp.max_parallel_builds");
+  }
+  json j = Valid();
+  j["scheduler"] = {{"max_parallel_builds", 2}};
+  j["domains"]["ranker"]["max_parallel_builds"] = 3;
+  auto problems = Parse(j);
+  ASSERT_EQ(problems.size(), 1u) << Describe(problems);
+  EXPECT_EQ(problems[0].path, "domains.ranker.max_parallel_builds");
+  EXPECT_NE(problems[0].reason.find("must not exceed scheduler.max_parallel_builds (2)"),
+            std::string::npos)
+      << problems[0].reason;
+}
+// --- end per-domain build slots ---
 
 }  // namespace
 }  // namespace kiln

@@ -22,6 +22,7 @@ KILN_DECLARE_TARGET(config_parser)
 KILN_DECLARE_TARGET(diagnostics)
 KILN_DECLARE_TARGET(www_authenticate)
 KILN_DECLARE_TARGET(layer_writer)
+KILN_DECLARE_TARGET(tool_views)
 
 namespace {
 
@@ -36,6 +37,7 @@ const Target kTargets[] = {
     {"diagnostics", KilnFuzz_diagnostics},
     {"www_authenticate", KilnFuzz_www_authenticate},
     {"layer_writer", KilnFuzz_layer_writer},
+    {"tool_views", KilnFuzz_tool_views},
 };
 
 // Replays every regular file under `dir` (sorted); returns how many ran.

@@ -6,6 +6,8 @@
 #include <random>
 #include <thread>
 
+#include "common/json_text.h"
+
 namespace kiln {
 
 namespace {
@@ -266,7 +268,7 @@ Status KubeClient::PatchDeployment(const std::string& ns, const std::string& nam
   Object obj{"patch", "deployments", "apps", name, ns};
   return Call(obj, "PATCH",
               "/apis/apps/v1/namespaces/" + UrlEncode(ns) + "/deployments/" + UrlEncode(name),
-              "application/strategic-merge-patch+json", patch.dump(), out, err);
+              "application/strategic-merge-patch+json", DumpJson(patch), out, err);
 }
 
 Status KubeClient::ListPods(const std::string& ns, const std::string& selector, nlohmann::json* out,

@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_PER_TARGET="${1:-30}"
 shift || true
-ALL=(mcp_handler config_parser diagnostics www_authenticate layer_writer)
+ALL=(mcp_handler config_parser diagnostics www_authenticate layer_writer tool_views)
 [ $# -gt 0 ] && TARGETS=("$@") || TARGETS=("${ALL[@]}")
 BUILD_DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 

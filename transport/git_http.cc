@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_text.h"
 #include "common/names.h"
 #include "workspace/git_repo.h"
 
@@ -36,7 +37,7 @@ constexpr std::chrono::seconds kKillGrace{5};
 constexpr const char* kNotFound = "repository not found";
 
 std::string JsonError(const std::string& message) {
-  return nlohmann::json{{"error", message}}.dump();
+  return DumpJson(nlohmann::json{{"error", message}});
 }
 
 std::string Lower(std::string s) {

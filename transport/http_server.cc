@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "common/json_text.h"
 #include "transport/mcp_handler.h"
 
 namespace kiln {
@@ -75,7 +76,7 @@ std::string Clean(std::string s) {
   return s;
 }
 
-std::string JsonError(const std::string& message) { return json{{"error", message}}.dump(); }
+std::string JsonError(const std::string& message) { return DumpJson(json{{"error", message}}); }
 
 struct ServerShared;
 
@@ -639,7 +640,7 @@ void HttpServer::Impl::Readyz(std::shared_ptr<HttpResponder> responder) {
     }
   }
   responder->Reply(ready ? 200 : 503, "application/json",
-                   json{{"ready", ready}, {"checks", checks}}.dump());
+                   DumpJson(json{{"ready", ready}, {"checks", checks}}));
 }
 
 std::string HttpServer::Impl::MetricsText() {

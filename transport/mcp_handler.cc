@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/json_text.h"
+
 namespace kiln {
 namespace {
 
@@ -45,7 +47,7 @@ HttpReply JsonReply(int status, const json& body) {
   HttpReply r;
   r.status = status;
   r.content_type = "application/json";
-  r.body = body.dump();
+  r.body = DumpJson(body);
   return r;
 }
 
@@ -143,14 +145,14 @@ json JsonRpcResult(const json& id, json result) {
 
 json ToolResultJson(const ToolResult& result) {
   json structured = result.structured.is_object() ? result.structured : json::object();
-  return {{"content", json::array({{{"type", "text"}, {"text", structured.dump()}}})},
+  return {{"content", json::array({{{"type", "text"}, {"text", DumpJson(structured)}}})},
           {"structuredContent", structured},
           {"isError", result.is_error}};
 }
 
 std::string SseEvent(const json& message, const std::string& event_id) {
   // dump() escapes control characters, so the data is always a single line.
-  return "id: " + event_id + "\nevent: message\ndata: " + message.dump() + "\n\n";
+  return "id: " + event_id + "\nevent: message\ndata: " + DumpJson(message) + "\n\n";
 }
 
 int JsonNestingDepth(std::string_view text) {
@@ -490,7 +492,7 @@ McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, S
         "too many calls in flight (limit " + std::to_string(options_.max_calls_per_session) + ")");
     return o;
   }
-  std::string key = id.dump();
+  std::string key = DumpJson(id);
   if (session.inflight.count(key)) {
     o.response = JsonRpcError(id, rpc::kInvalidRequest,
                               "Invalid Request: request id already used by a call in flight");
@@ -522,7 +524,7 @@ McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, S
 
 void McpHandler::HandleCancelled(Session& session, const json& params, McpDecision& decision) {
   if (!params.contains("requestId") || !ValidId(params["requestId"])) return;
-  auto it = session.inflight.find(params["requestId"].dump());
+  auto it = session.inflight.find(DumpJson(params["requestId"]));
   if (it == session.inflight.end() || it->second.cancelled) return;
   it->second.cancelled = true;
   if (it->second.handle) decision.cancel.push_back(*it->second.handle);
@@ -660,8 +662,8 @@ std::string McpResponseStream::OnDone(size_t index, const ToolResult& result, bo
 }
 
 std::string McpResponseStream::JsonBody() const {
-  if (batch_) return json(ready_).dump();
-  return ready_.empty() ? "" : ready_.front().dump();
+  if (batch_) return DumpJson(json(ready_));
+  return ready_.empty() ? "" : DumpJson(ready_.front());
 }
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
 #include "common/names.h"
 
 namespace kiln {
@@ -9,7 +10,7 @@ namespace {
 
 constexpr char kPrefix[] = "/v1/";
 
-std::string JsonError(const std::string& m) { return nlohmann::json{{"error", m}}.dump(); }
+std::string JsonError(const std::string& m) { return DumpJson(nlohmann::json{{"error", m}}); }
 
 }  // namespace
 
@@ -74,7 +75,7 @@ void OperatorApi::Handle(const HttpRequest& request, std::shared_ptr<HttpRespond
     int status = 200;
     // Argument errors from the core come back as {"error": ...} without a status field.
     if (r.is_error && !r.structured.contains("status")) status = 400;
-    responder->Reply(status, "application/json", r.structured.dump());
+    responder->Reply(status, "application/json", DumpJson(r.structured));
   });
 }
 
