@@ -312,6 +312,7 @@ before(async () => {
     domains: {
       fast: {
         token_sha256: [sha(tokens.fast)],
+        max_parallel_builds: 2,  // its "two candidates building at once" point needs both slots
         build: { mode: "layered", timeout_s: 300, layered: {
           base_image: `127.0.0.1:${REG_PORT}/kiln/busybox@${digest}`,
           command: ["go", "build", "-o", "out/app", "./cmd/epp"],
