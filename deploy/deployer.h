@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "builder/cancel_token.h"
@@ -55,6 +56,16 @@ struct DeployFailureDetails {
 // --- end Issue 16 ---
 
 struct DeployResult {
+  // Issue 16: constructors so that `DeployResult{state, reason, message, changed, elapsed_ms}`
+  // stays warning-free (-Wmissing-field-initializers) with the fields added below.
+  DeployResult() = default;
+  DeployResult(DeployState s, std::string why, std::string text, bool was_changed = false,
+               int64_t elapsed = 0)
+      : state(s),
+        reason(std::move(why)),
+        message(std::move(text)),
+        changed(was_changed),
+        elapsed_ms(elapsed) {}
   DeployState state = DeployState::kFailed;
   /// Short machine-readable reason when failed: "ProgressDeadlineExceeded", "ImagePullBackOff",
   /// "ErrImagePull", "CrashLoopBackOff", "Unauthorized", "Forbidden", "NotFound", "Conflict",

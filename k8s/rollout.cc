@@ -168,7 +168,7 @@ void FromTerminated(const json& t, PodSigns* s) {
   s->exit_code = OptInt(t, "exitCode");
   s->signal = OptInt(t, "signal");
   if (s->signal && *s->signal == 0) s->signal.reset();
-  if (s->message.empty()) s->message = Str(t, {"message"});
+  s->terminated_message = Str(t, {"message"});
 }
 
 std::string MemoryLimit(const json& pod, const std::string& container) {
@@ -556,6 +556,7 @@ RolloutFailure RolloutEvaluator::DescribeCrash(const PodSigns& s, const std::str
   } else {
     m += " failed to start (" + s.reason + ")";
   }
+  if (!s.terminated_message.empty()) m += ": " + ScrubClusterText(s.terminated_message, s.pod_ip);
   if (s.restarts > 0) m += ", restarted " + Plural(s.restarts, "time", "times");
   if (!s.waiting_reason.empty()) {
     m += ", now " + s.waiting_reason;

@@ -62,8 +62,9 @@ struct PodSigns {
   /// Termination reason ("OOMKilled", "Error"), else the waiting reason ("CrashLoopBackOff",
   /// "ImagePullBackOff"), "Unschedulable", or "NotReady".
   std::string reason;
-  std::string waiting_reason;  // the container's current waiting reason, if any
-  std::string message;         // waiting / termination / PodScheduled message (raw)
+  std::string waiting_reason;      // the container's current waiting reason, if any
+  std::string message;             // waiting / termination / PodScheduled message (raw)
+  std::string terminated_message;  // the termination's own message (e.g. a StartError's)
   std::optional<int> exit_code, signal;
   int restarts = 0;
   /// A previous instance of the container exists (lastState.terminated or restartCount > 0):

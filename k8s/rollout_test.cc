@@ -396,6 +396,22 @@ TEST(RolloutFailures, FirstTerminationIsACrashWithoutPreviousInstance) {
   EXPECT_EQ(d.signs.exit_code, 2);
   EXPECT_FALSE(d.signs.previous);  // its own log, not previous=true
   EXPECT_EQ(RolloutEvaluator::DescribeCrash(d.signs, "x", "").details.restarts, 0);
+
+  // A container that cannot even start: the runtime's message is the news.
+  json start = Terminated(128, "StartError");
+  start["message"] =
+      "failed to create containerd task: exec: \"/app\": stat /app: no such file or directory";
+  json cs2 = ContainerStatus(
+      {{"waiting", {{"reason", "CrashLoopBackOff"}, {"message", "back-off"}}}}, start, 2, false);
+  RolloutDecision d2 = RolloutEvaluator::Evaluate(
+      Rolling(), RsList(), Pods({RealPod("web-new-1", cs2, Conds(false), "Running")}), "app");
+  RolloutFailure f2 = RolloutEvaluator::DescribeCrash(d2.signs, "deployment \"web\"", "");
+  EXPECT_EQ(f2.details.exit_code, 128);
+  EXPECT_EQ(f2.details.reason, "StartError");
+  EXPECT_NE(f2.message.find("exited with code 128 (StartError): failed to create containerd "
+                            "task: exec: \"/app\": stat /app: no such file or directory"),
+            std::string::npos)
+      << f2.message;
 }
 
 TEST(RolloutFailures, OneRestartWithoutOomIsOnlyASign) {
