@@ -136,6 +136,30 @@ nlohmann::json DeployJson(const DeployRun& run) {
     j["reason"] = run.result->reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.result->reason);
     if (!run.result->message.empty()) j["message"] = run.result->message;
     j["changed"] = run.result->changed;
+    if (run.result->state == DeployState::kFailed) {
+      // The classified failure (Kubernetes: deploy_crash, deploy_unready, deploy_image, ...);
+      // other targets by their reason.
+      nlohmann::json f = DeployFailureJson(*run.result);
+      if (f.empty()) {
+        const std::string& r = run.result->reason;
+        std::string kind = r == "Superseded"          ? "superseded"
+                           : r == "StartFailed"       ? "deploy_crash"
+                           : r == "HealthCheckFailed" ? "deploy_unready"
+                           : r == "Timeout"           ? "deploy_unready"
+                           : r == "ImagePullBackOff" || r == "ErrImagePull" ? "deploy_image"
+                           : r == "CrashLoopBackOff"  ? "deploy_crash"
+                                                      : "infrastructure";
+        f["error"] = run.result->message.empty() ? "the deploy failed (" + r + ")" : run.result->message;
+        f["error_kind"] = kind;
+        f["next_step"] =
+            kind == "deploy_crash"     ? "the program exits or crashes at start: read message, fix the code, build and deploy again"
+            : kind == "deploy_unready" ? "the program runs but never became healthy: check its health endpoint and start-up time, build and deploy again"
+            : kind == "deploy_image"   ? "the image cannot be pulled: build the candidate again, then deploy the new build"
+            : kind == "superseded"     ? "a newer deploy is in progress: wait for it (candidate_status)"
+                                       : NextStepFor("infrastructure", run.req.candidate);
+      }
+      for (auto& [k, v] : f.items()) j[k] = v;
+    }
   } else {
     j["status"] = "in_progress";
     j["reason"] = nullptr;
