@@ -457,6 +457,10 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
     auto o = MakeOutcome(r, st);
     o->diagnostics = d.diagnostics;
     o->error = d.compile_failed ? "build failed: see diagnostics and log_tail" : d.status.message();
+    // The agent's fault before any step ran (e.g. a base image refused by policy): say why.
+    if (d.compile_failed && d.status.message().rfind("build failed", 0) != 0 &&
+        !d.status.message().empty())
+      o->error = "build failed: " + d.status.message();
     if (d.compile_failed && !d.diagnostics.empty())
       o->error = "build failed with " + std::to_string(d.diagnostics.size()) + " diagnostic(s)";
     o->build_ms = d.elapsed_ms;
