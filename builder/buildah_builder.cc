@@ -450,6 +450,7 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   std::vector<BaseLoad> loads;
   bool agent_fault = false;
   st = PrepareBases(job, user, text, &loads, &agent_fault, out, cancel);
+  if (!st.ok() && agent_fault && out) out("kiln: " + st.message() + "\n");
   if (!st.ok()) {
     res.status = st;
     res.compile_failed = agent_fault;

@@ -205,8 +205,7 @@ std::vector<ContainerfileImage> ContainerfileImages(const std::string& text, con
                  bool stage_number_ok) {
     std::string img = Substitute(Unquote(raw), vars);
     if (img == "scratch" || stages.count(Lower(img))) return;
-    if (stage_number_ok && !img.empty() &&
-        img.find_first_not_of("0123456789") == std::string::npos)
+    if (stage_number_ok && !img.empty() && img.find_first_not_of("0123456789") == std::string::npos)
       return;
     for (const auto& i : images)
       if (i.image == img) return;

@@ -56,7 +56,8 @@ void EmptyDir(int dfd, dev_t dev, int depth, const std::string& where, Walk* w) 
     if (cfd < 0) {
       if (errno == ELOOP || errno == ENOTDIR) {
         if (::unlinkat(dfd, n.c_str(), 0) != 0 && errno != ENOENT)
-          w->Fail(Status::Internal("cannot remove " + where + "/" + n + ": " + std::strerror(errno)));
+          w->Fail(
+              Status::Internal("cannot remove " + where + "/" + n + ": " + std::strerror(errno)));
       } else if (errno != ENOENT) {
         w->Fail(Status::Internal("cannot open " + where + "/" + n + ": " + std::strerror(errno)));
       }

@@ -24,7 +24,8 @@ bool ValidTag(const std::string& t) {
   if (t.empty() || t.size() > 128) return false;
   for (size_t i = 0; i < t.size(); ++i) {
     char c = t[i];
-    bool ok = isalnum(static_cast<unsigned char>(c)) || c == '_' || (i > 0 && (c == '.' || c == '-'));
+    bool ok =
+        isalnum(static_cast<unsigned char>(c)) || c == '_' || (i > 0 && (c == '.' || c == '-'));
     if (!ok) return false;
   }
   return true;
@@ -147,9 +148,8 @@ bool ParseImageRef(const std::string& image, ImageRef* out, std::string* why) {
   }
   size_t slash = rest.find('/');
   std::string first = rest.substr(0, slash);
-  bool has_host = slash != std::string::npos &&
-                  (first.find_first_of(".:") != std::string::npos || first == "localhost" ||
-                   Lower(first) != first);
+  bool has_host = slash != std::string::npos && (first.find_first_of(".:") != std::string::npos ||
+                                                 first == "localhost" || Lower(first) != first);
   std::string path = rest;
   if (has_host) {
     out->host = Lower(first);
@@ -161,7 +161,8 @@ bool ParseImageRef(const std::string& image, ImageRef* out, std::string* why) {
   } else {
     out->host = "docker.io";
   }
-  if (out->host == "index.docker.io" || out->host == "registry-1.docker.io") out->host = "docker.io";
+  if (out->host == "index.docker.io" || out->host == "registry-1.docker.io")
+    out->host = "docker.io";
   size_t colon = path.rfind(':');
   if (colon != std::string::npos && path.find('/', colon) == std::string::npos) {
     out->tag = path.substr(colon + 1);
@@ -179,7 +180,8 @@ bool ParseImageRef(const std::string& image, ImageRef* out, std::string* why) {
   size_t start = 0;
   while (true) {
     size_t end = path.find('/', start);
-    std::string seg = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string seg =
+        path.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (!ValidSegment(seg)) {
       *why = "repository path segment '" + seg + "' is not valid ([a-z0-9] separated by . _ -)";
       return false;
@@ -218,7 +220,8 @@ std::string ValidateBaseImagePattern(const std::string& pattern) {
   size_t start = 0;
   while (true) {
     size_t end = repo.find('/', start);
-    std::string seg = repo.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string seg =
+        repo.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (seg.empty()) return "has an empty path segment";
     for (char c : seg)
       if (!IsAlnum(c) && c != '.' && c != '_' && c != '-' && c != '*' && c != '?')
@@ -293,19 +296,21 @@ Status BaseImagePolicy::Check(const std::string& image) const {
           listed = true;
       }
     if (listed) continue;
-    return Status::FailedPrecondition(head + "it is domain " + other + "'s image repository (allowed: " +
-                                      AllowedText() +
+    return Status::FailedPrecondition(head + "it is domain " + other +
+                                      "'s image repository (allowed: " + AllowedText() +
                                       "; only the operator can list another domain's repository "
-                                      "in domains." + domain_ + ".build.base_images)");
+                                      "in domains." +
+                                      domain_ + ".build.base_images)");
   }
   if (UnderRepo(ref.repository, own_)) return Status::Ok();
   if (!patterns_) return Status::Ok();
   for (const auto& p : *patterns_)
     if (BaseImagePatternMatches(p, ref)) return Status::Ok();
-  return Status::FailedPrecondition(head + "repository '" + ref.repository +
-                                    "' (or its tag) matches no entry of build.base_images (allowed: " +
-                                    AllowedText() + "); use an allowed base image or ask the "
-                                    "operator to add it");
+  return Status::FailedPrecondition(
+      head + "repository '" + ref.repository +
+      "' (or its tag) matches no entry of build.base_images (allowed: " + AllowedText() +
+      "); use an allowed base image or ask the "
+      "operator to add it");
 }
 
 void CheckDomainIsolation(const Config& config, std::vector<ConfigProblem>* problems,
@@ -347,8 +352,7 @@ void CheckDomainIsolation(const Config& config, std::vector<ConfigProblem>* prob
     for (size_t k = 0; k < pats.size(); ++k) {
       std::string repo, tag, digest;
       SplitPattern(pats[k], &repo, &tag, &digest);
-      const std::string path =
-          "domains." + name + ".build.base_images[" + std::to_string(k) + "]";
+      const std::string path = "domains." + name + ".build.base_images[" + std::to_string(k) + "]";
       for (const Dom& o : doms) {
         if (o.name == name || o.host != host) continue;
         if (!HasGlob(repo)) {

@@ -12,10 +12,12 @@ const std::string kDigest = "sha256:" + std::string(64, 'a');
 
 Config TwoDomains() {
   Config c;
-  c.registries["local"] = RegistryConfig{"local", "http://127.0.0.1:5000/", std::nullopt, std::nullopt};
-  c.registries["other"] = RegistryConfig{"other", "https://reg.example.com", std::nullopt, std::nullopt};
-  for (const auto& [name, repo] : std::map<std::string, std::string>{
-           {"epp", "loop/epp"}, {"ranker", "loop/ranker"}}) {
+  c.registries["local"] =
+      RegistryConfig{"local", "http://127.0.0.1:5000/", std::nullopt, std::nullopt};
+  c.registries["other"] =
+      RegistryConfig{"other", "https://reg.example.com", std::nullopt, std::nullopt};
+  for (const auto& [name, repo] :
+       std::map<std::string, std::string>{{"epp", "loop/epp"}, {"ranker", "loop/ranker"}}) {
     DomainConfig d;
     d.name = name;
     d.image.registry = "local";
@@ -66,7 +68,8 @@ TEST(BaseImagePolicy, OtherRegistriesAndHostlessNamesAreRefused) {
                                 "localhost/loop/epp", "127.0.0.1:5001/kiln/x"}) {
     Status st = p.Check(img);
     EXPECT_FALSE(st.ok()) << img;
-    EXPECT_NE(st.message().find("is not in the domain's registry 127.0.0.1:5000"), std::string::npos)
+    EXPECT_NE(st.message().find("is not in the domain's registry 127.0.0.1:5000"),
+              std::string::npos)
         << st.message();
   }
   // Hosts compare case-insensitively.
@@ -113,9 +116,10 @@ TEST(BaseImagePolicy, WildcardNeverGrantsAnotherDomainLiteralListingDoes) {
 
 TEST(BaseImagePolicy, UnresolvedOrMalformedNamesAreRefused) {
   BaseImagePolicy p = BaseImagePolicy::ForDomain(TwoDomains(), "ranker");
-  for (const std::string& img : std::vector<std::string>{
-           kHost + "/loop/${X}:1", "$KILN_REGISTRY/kiln/x", kHost + "/kiln//x", kHost + "/kiln/x:",
-        kHost + "/kiln/x@sha256:12", "\"" + kHost + "/kiln/x\"", std::string(), kHost + "/../x"}) {
+  for (const std::string& img :
+       std::vector<std::string>{kHost + "/loop/${X}:1", "$KILN_REGISTRY/kiln/x", kHost + "/kiln//x",
+                                kHost + "/kiln/x:", kHost + "/kiln/x@sha256:12",
+                                "\"" + kHost + "/kiln/x\"", std::string(), kHost + "/../x"}) {
     Status st = p.Check(img);
     EXPECT_FALSE(st.ok()) << img;
     EXPECT_NE(st.message().find("is not allowed for domain ranker"), std::string::npos)
@@ -185,7 +189,8 @@ TEST(CheckDomainIsolation, OverlappingRepositoriesAreErrors) {
   c.domains["far"].image.repository = "loop/epp";
   EXPECT_EQ(Problems(c), "");
   // Two registry entries for one host are the same registry.
-  c.registries["alias"] = RegistryConfig{"alias", "http://127.0.0.1:5000", std::nullopt, std::nullopt};
+  c.registries["alias"] =
+      RegistryConfig{"alias", "http://127.0.0.1:5000", std::nullopt, std::nullopt};
   c.domains["far"].image.registry = "alias";
   EXPECT_NE(Problems(c).find("domains.far.image.repository"), std::string::npos);
 }
