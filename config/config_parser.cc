@@ -530,7 +530,8 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
     if (metrics_listen == "off") {
       out->metrics_listen = "";
     } else if (std::string why = CheckHostPort(metrics_listen, true); !why.empty()) {
-      Problem("server.metrics_listen", why + " (or \"off\" to serve /metrics only to the operator)");
+      Problem("server.metrics_listen",
+              why + " (or \"off\" to serve /metrics only to the operator)");
     } else if (metrics_listen == out->listen) {
       Problem("server.metrics_listen",
               "must differ from server.listen (the agents' port); use another port or \"off\"");

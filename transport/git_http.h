@@ -148,8 +148,8 @@ class GitHttpHandler {
     std::chrono::seconds cgi_timeout{600};
     size_t max_concurrent = 32;
     // --- HTTP transport caps (issue 15) ---
-    size_t max_concurrent_per_domain = 4;           // CGI slots one domain may hold
-    std::chrono::seconds write_stall_timeout{30};   // client not reading: CGI killed
+    size_t max_concurrent_per_domain = 4;          // CGI slots one domain may hold
+    std::chrono::seconds write_stall_timeout{30};  // client not reading: CGI killed
     // --- end HTTP transport caps ---
     int upkeep_every_pushes = 20;  // 0: never
     int gc_auto = 6700;            // gc.auto for the upkeep run
@@ -218,14 +218,14 @@ class GitHttpHandler {
 
   std::mutex mu_;
   std::condition_variable idle_cv_;
-  bool stopping_ = false;                    // guarded by mu_
-  uint64_t next_worker_ = 0;                 // guarded by mu_
-  std::map<uint64_t, std::thread> workers_;  // guarded by mu_
-  std::vector<uint64_t> finished_;           // guarded by mu_
-  std::set<pid_t> children_;                 // guarded by mu_ (process group ids)
-  std::map<std::string, size_t> running_;    // guarded by mu_: running requests per domain
+  bool stopping_ = false;                          // guarded by mu_
+  uint64_t next_worker_ = 0;                       // guarded by mu_
+  std::map<uint64_t, std::thread> workers_;        // guarded by mu_
+  std::vector<uint64_t> finished_;                 // guarded by mu_
+  std::set<pid_t> children_;                       // guarded by mu_ (process group ids)
+  std::map<std::string, size_t> running_;          // guarded by mu_: running requests per domain
   std::map<uint64_t, std::string> worker_domain_;  // guarded by mu_
-  MetricsRegistry* metrics_ = nullptr;       // set by Register (before the server starts)
+  MetricsRegistry* metrics_ = nullptr;             // set by Register (before the server starts)
   std::atomic<int> upkeep_runs_{0};
 };
 

@@ -952,8 +952,8 @@ TEST_F(GitHttpE2ETest, PushesAreRefusedFromTheHeadersBeforeTheBody) {
   std::vector<Case> cases = {
       {"/git/demo.git/git-receive-pack", "", 401},
       {"/git/demo.git/git-receive-pack", "wrong", 401},
-      {"/git/other.git/git-receive-pack", "demo-token", 404},    // another domain's
-      {"/git/nosuch.git/git-receive-pack", "demo-token", 404},   // no such domain
+      {"/git/other.git/git-receive-pack", "demo-token", 404},   // another domain's
+      {"/git/nosuch.git/git-receive-pack", "demo-token", 404},  // no such domain
       {"/git/demo.git/git-receive-pack", "op-token", 403},
       {"/git/demo.git/../x.git/git-receive-pack", "demo-token", 404},
   };
@@ -980,10 +980,11 @@ TEST_F(GitHttpE2ETest, ADomainAtItsGitSlotCapGets503AndOtherDomainsGoOn) {
   // A stand-in for git-http-backend that holds its slot until the test releases it.
   std::string dir = tmp_.path();
   std::string script = dir + "/slow-backend";
-  WriteFile(script,
-            "#!/bin/sh\n: > " + dir + "/started-$$\nwhile [ ! -e " + dir +
-                "/release ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nok'\n",
-            true);
+  WriteFile(
+      script,
+      "#!/bin/sh\n: > " + dir + "/started-$$\nwhile [ ! -e " + dir +
+          "/release ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nok'\n",
+      true);
   options_.http_backend = script;
   options_.max_concurrent_per_domain = 1;
   options_.max_concurrent = 3;
@@ -1011,9 +1012,8 @@ TEST_F(GitHttpE2ETest, ADomainAtItsGitSlotCapGets503AndOtherDomainsGoOn) {
   WriteFile(dir + "/release", "");
   EXPECT_EQ(first.get().status, 200);
   EXPECT_EQ(second.get().status, 200);
-  EXPECT_EQ(server_->metrics().Value("kiln_git_refusals_total",
-                                     {{"reason", "git_slots_per_domain"}}),
-            1);
+  EXPECT_EQ(
+      server_->metrics().Value("kiln_git_refusals_total", {{"reason", "git_slots_per_domain"}}), 1);
   ASSERT_TRUE(handler_->WaitIdle(std::chrono::milliseconds(10000)));
   EXPECT_EQ(get("demo").status, 200);  // the slot is free again
 }
@@ -1023,8 +1023,9 @@ TEST_F(GitHttpE2ETest, AClientThatStopsReadingLosesItsCgiAndTheSlotIsFreed) {
   std::string dir = tmp_.path();
   std::string script = dir + "/big-backend";
   WriteFile(script,
-            "#!/bin/sh\n: > " + dir + "/started\nprintf 'Content-Type: application/octet-stream\\r\\n\\r\\n'\n"
-            "head -c 1073741824 /dev/zero && : > " +
+            "#!/bin/sh\n: > " + dir +
+                "/started\nprintf 'Content-Type: application/octet-stream\\r\\n\\r\\n'\n"
+                "head -c 1073741824 /dev/zero && : > " +
                 dir + "/all-written\n",
             true);
   options_.http_backend = script;
@@ -1043,7 +1044,8 @@ TEST_F(GitHttpE2ETest, AClientThatStopsReadingLosesItsCgiAndTheSlotIsFreed) {
       "GET /git/demo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1\r\n"
       "Authorization: Bearer demo-token\r\n\r\n";
   ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir + "/started"); }, std::chrono::milliseconds(10000)));
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(dir + "/started"); }, std::chrono::milliseconds(10000)));
   // The client reads nothing: the worker is blocked, then the CGI is killed and the slot freed.
   ASSERT_TRUE(handler_->WaitIdle(std::chrono::milliseconds(60000)));
   EXPECT_FALSE(fs::exists(dir + "/all-written"));

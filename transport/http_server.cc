@@ -316,10 +316,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadHeader() {
     stream_.expires_after(server_->options_.header_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->OnHeader(ec);
-                            });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   void OnHeader(beast::error_code ec) {
@@ -379,8 +378,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                          if (ec) return self->Close();
                          self->parser_->get().body().clear();
                          ++self->gen_;
-                         self->Reply(self->gen_, refusal->status, "application/json",
-                                     refusal->body, refusal->headers);
+                         self->Reply(self->gen_, refusal->status, "application/json", refusal->body,
+                                     refusal->headers);
                        });
       return;
     }
@@ -833,8 +832,7 @@ std::optional<HttpRefusal> HttpServer::Impl::Authorize(const HttpRequest& head) 
   const std::string& path = head.path;
   if (options_.metrics_only) {
     if (path == "/metrics" || path == "/healthz") return std::nullopt;
-    return Refusal(404, "not found: this listener serves only /metrics and /healthz",
-                   "not_found");
+    return Refusal(404, "not found: this listener serves only /metrics and /healthz", "not_found");
   }
   if (path == "/healthz" || path == "/readyz") return std::nullopt;
   if (path == "/metrics") {

@@ -57,10 +57,10 @@ struct HttpServerOptions {
   std::chrono::seconds read_timeout{30};  // per request body
   std::chrono::seconds session_idle_timeout{3600};
   // --- HTTP transport caps (issue 15) ---
-  size_t max_connections = 1024;           // open connections; more get 503 and are closed
-  std::chrono::seconds header_timeout{10};  // a request's headers (slowloris)
-  std::chrono::seconds idle_timeout{60};    // a keep-alive connection between requests
-  std::chrono::seconds write_timeout{30};   // a client that stops reading loses its connection
+  size_t max_connections = 1024;             // open connections; more get 503 and are closed
+  std::chrono::seconds header_timeout{10};   // a request's headers (slowloris)
+  std::chrono::seconds idle_timeout{60};     // a keep-alive connection between requests
+  std::chrono::seconds write_timeout{30};    // a client that stops reading loses its connection
   size_t max_queued_output_bytes = 1 << 20;  // per connection; see HttpResponder::WaitWritable
   size_t max_sessions_per_domain = 64;       // MCP sessions per domain (0: no per-domain cap)
   /// Serve only /metrics and /healthz, with no token (the operator's metrics listener);

@@ -1,6 +1,11 @@
 #include "transport/http_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -9,12 +14,6 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include "common/sha256.h"
 #include "transport/fake_tool_backend.h"
@@ -420,15 +419,18 @@ TEST_F(HttpServerTest, ClientDisconnectMidCallDoesNotCancelOrCrash) {
 TEST_F(HttpServerTest, CustomRoutesCanStreamFromOtherThreads) {
   std::thread worker;
   StartServer({}, {}, [&](HttpServer& s) {
-    s.AddRoute("GET", "/v1/", [&](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
-      std::string path = req.path;
-      worker = std::thread([out, path] {
-        out->StartStream(200, "text/plain");
-        out->Write("hello ");
-        out->Write(path);
-        out->Finish();
-      });
-    }, 0, Open());
+    s.AddRoute(
+        "GET", "/v1/",
+        [&](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
+          std::string path = req.path;
+          worker = std::thread([out, path] {
+            out->StartStream(200, "text/plain");
+            out->Write("hello ");
+            out->Write(path);
+            out->Finish();
+          });
+        },
+        0, Open());
     s.AddRoute(
         "POST", "/git/",
         [](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
@@ -493,7 +495,8 @@ TEST_F(HttpServerTest, OperatorApiAuthRoutesAndForwards) {
   });
   Client c(server_->port());
   EXPECT_EQ(c.Send(http::verb::get, "/v1/domains/demo").status, 401);
-  auto r = c.Send(http::verb::get, "/v1/domains/demo", "", {{"Authorization", "Bearer demo-token"}});
+  auto r =
+      c.Send(http::verb::get, "/v1/domains/demo", "", {{"Authorization", "Bearer demo-token"}});
   EXPECT_EQ(r.status, 403);
   EXPECT_EQ(r.body.find("demo-token"), std::string::npos);
   std::map<std::string, std::string> op = {{"Authorization", "Bearer op-token"}};
@@ -514,7 +517,6 @@ TEST_F(HttpServerTest, OperatorApiAuthRoutesAndForwards) {
   EXPECT_EQ(calls[1].domain, "other");
   EXPECT_EQ(calls[1].tool, "domain_status");
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // HTTP transport caps (issue 15)
@@ -574,11 +576,11 @@ TEST_F(HttpServerTest, UnauthenticatedBodiesAreRefusedFromTheHeadersAlone) {
 
   // With a valid token, 100-continue is answered and the body is then read.
   bool closed = false;
-  std::string answer = SendHeadersOnly(
-      server_->port(),
-      "POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer op-token\r\n"
-      "Expect: 100-continue\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
-      &closed);
+  std::string answer =
+      SendHeadersOnly(server_->port(),
+                      "POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer op-token\r\n"
+                      "Expect: 100-continue\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
+                      &closed);
   EXPECT_EQ(answer.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 ", 0), 0u) << answer;
   EXPECT_EQ(reached.load(), 1);
 }
@@ -704,8 +706,7 @@ TEST_F(HttpServerTest, ASlowReaderBlocksTheProducerAndLosesItsConnection) {
             const std::string chunk(64 << 10, 'x');
             // Up to 1 GiB unless the connection pushes back.
             while (produced < (size_t{1} << 30)) {
-              if (!out->WaitWritable(std::chrono::steady_clock::now() +
-                                     std::chrono::seconds(5))) {
+              if (!out->WaitWritable(std::chrono::steady_clock::now() + std::chrono::seconds(5))) {
                 gave_up = true;
                 break;
               }

@@ -590,8 +590,9 @@ TEST(McpHandlerDomainCapTest, ADomainAtItsCapEvictsItsOwnLruIdleSessionOnly) {
   std::string a3 = init("a").session_id;
   std::string a4 = init("a").session_id;
   for (const std::string& s : {a3, a4}) {
-    d = post(s, "a",
-             R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_candidates"}})");
+    d = post(
+        s, "a",
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_candidates"}})");
     ASSERT_EQ(d.calls.size(), 1u);
   }
   d = init("a");
