@@ -1,4 +1,5 @@
 #include "config/config_parser.h"
+#include "config/host_checks.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,8 +10,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-
-#include "config/host_checks.h"
 
 namespace kiln {
 namespace {
@@ -881,9 +880,8 @@ TEST_F(ConfigParserTest, CheckConfigCommandPrintsNetworkWarning) {
   WriteFile(dir_ + "/kiln.json", j.dump());
   std::ostringstream out, err;
   EXPECT_EQ(CheckConfigCommandWithFacts(dir_ + "/kiln.json", SafeHost(), out, err), 0);
-  EXPECT_EQ(
-      out.str().rfind("WARNING: domains.ranker.build.network: !!! build.network is \"host\"", 0),
-      0u)
+  EXPECT_EQ(out.str().rfind("WARNING: domains.ranker.build.network: !!! build.network is \"host\"", 0),
+            0u)
       << out.str();
   EXPECT_NE(out.str().find("Kubernetes API"), std::string::npos);
   EXPECT_NE(out.str().find("\nconfig OK: 2 domains, 1 registries\n"), std::string::npos);
