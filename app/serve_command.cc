@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <memory>
 
 #include "actors/runtime.h"
 #include "app/git_hook_command.h"
@@ -56,10 +57,19 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   opts.max_sessions = static_cast<size_t>(config->server.max_sessions);
   opts.max_calls_per_session = static_cast<size_t>(config->server.max_inflight_per_session);
   opts.catalog.include_deploy = true;
+  // HTTP transport caps (issue 15).
+  opts.max_connections = static_cast<size_t>(config->server.max_connections);
+  opts.idle_timeout = std::chrono::seconds(config->server.idle_timeout_s);
+  opts.header_timeout = std::chrono::seconds(config->server.header_timeout_s);
+  opts.write_timeout = std::chrono::seconds(config->server.write_timeout_s);
+  opts.max_sessions_per_domain = static_cast<size_t>(config->server.max_sessions_per_domain);
   // The git endpoint outlives the server's Stop (declared first); the runtime outlives both.
   GitHttpHandler::Options gopts;
   gopts.state_dir = config->server.state_dir;
   gopts.hook_exe = SelfExecutable();  // issue 15: the hook runs `kiln git-hook pre-receive`
+  gopts.max_concurrent = static_cast<size_t>(config->server.git_slots);
+  gopts.max_concurrent_per_domain = static_cast<size_t>(config->server.git_slots_per_domain);
+  gopts.write_stall_timeout = std::chrono::seconds(config->server.write_timeout_s);
   Runtime* raw = rt.get();
   gopts.busy_branches = [raw](const std::string& domain) { return raw->BusyBranches(domain); };
   gopts.pushed = [raw](const std::string& domain) { raw->Pushed(domain); };
@@ -74,11 +84,36 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
     rt->Shutdown(std::chrono::milliseconds(0));
     return 1;
   }
+  // /metrics names every domain: served without a token only on the operator's listener.
+  std::unique_ptr<HttpServer> metrics_server;
+  if (!config->server.metrics_listen.empty()) {
+    HttpServerOptions mopts;
+    mopts.listen = config->server.metrics_listen;
+    mopts.io_threads = 1;
+    mopts.metrics_only = true;
+    mopts.max_connections = 64;
+    HttpServer* main_server = &server;
+    mopts.metrics_text = [main_server] { return main_server->MetricsText(); };
+    metrics_server = std::make_unique<HttpServer>(*config, *rt, mopts);
+    st = metrics_server->Start();
+    if (!st.ok()) {
+      // Not fatal: the agents' service goes on; the operator token still reads /metrics there.
+      spdlog::error(
+          "metrics listener not started on {} (server.metrics_listen): {}; /metrics stays "
+          "available on the main port with the operator token",
+          config->server.metrics_listen, st.message());
+      metrics_server.reset();
+    } else {
+      spdlog::info("metrics on {} (port {})", config->server.metrics_listen,
+                   metrics_server->port());
+    }
+  }
   spdlog::info("kiln serving on {} (port {}), {} domain(s), state in {}", config->server.listen,
                server.port(), config->domains.size(), config->server.state_dir);
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("signal {}: stopping; running builds get {} s to finish", sig, grace_s);
+  if (metrics_server) metrics_server->Stop();
   server.Stop();
   rt->Shutdown(std::chrono::seconds(grace_s));
   spdlog::info("stopped");

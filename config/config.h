@@ -21,6 +21,18 @@ struct ServerConfig {
   int64_t max_request_bytes = 1 << 20;  // 1 KiB..1 GiB; larger HTTP request bodies are refused
   int max_sessions = 256;               // 1..100000 concurrent MCP sessions
   int max_inflight_per_session = 32;    // 1..1024 concurrent requests in one MCP session
+  // --- HTTP transport caps (issue 15; docs/security.md "Limits of the HTTP transport") ---
+  int max_connections = 1024;        // 1..1000000 open connections; more get 503
+  int idle_timeout_s = 60;           // 1..3600: keep-alive connection idle between requests
+  int header_timeout_s = 10;         // 1..600: a request's headers must arrive within this
+  int write_timeout_s = 30;          // 1..3600: a client that stops reading is disconnected
+  int max_sessions_per_domain = 64;  // 0..100000 MCP sessions per domain (0: only max_sessions)
+  int git_slots = 32;                // 1..1024 git CGI processes at once (all domains)
+  int git_slots_per_domain = 4;      // 1..1024 git CGI processes at once for one domain
+  /// Where /metrics is served without a token ("host:port"); "" or "off": nowhere (then only
+  /// the operator token reads it, on the main port).
+  std::string metrics_listen = "127.0.0.1:8701";
+  // --- end HTTP transport caps ---
 };
 
 struct SchedulerConfig {

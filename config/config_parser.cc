@@ -517,7 +517,10 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
   const std::string path = "server";
   CheckKeys(obj, path,
             {"listen", "state_dir", "allowed_origins", "max_request_bytes", "max_sessions",
-             "max_inflight_per_session"});
+             "max_inflight_per_session",
+             // HTTP transport caps (issue 15)
+             "max_connections", "idle_timeout_s", "header_timeout_s", "write_timeout_s",
+             "max_sessions_per_domain", "git_slots", "git_slots_per_domain", "metrics_listen"});
   std::string listen;
   if (ReadString(obj, "listen", path, false, &listen)) {
     std::string why = CheckHostPort(listen, true);
@@ -539,6 +542,32 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
   ReadInt(obj, "max_request_bytes", path, 1 << 10, int64_t{1} << 30, &out->max_request_bytes);
   ReadInt(obj, "max_sessions", path, 1, 100000, &out->max_sessions);
   ReadInt(obj, "max_inflight_per_session", path, 1, 1024, &out->max_inflight_per_session);
+  // --- HTTP transport caps (issue 15) ---
+  ReadInt(obj, "max_connections", path, 1, 1000000, &out->max_connections);
+  ReadInt(obj, "idle_timeout_s", path, 1, 3600, &out->idle_timeout_s);
+  ReadInt(obj, "header_timeout_s", path, 1, 600, &out->header_timeout_s);
+  ReadInt(obj, "write_timeout_s", path, 1, 3600, &out->write_timeout_s);
+  ReadInt(obj, "max_sessions_per_domain", path, 0, 100000, &out->max_sessions_per_domain);
+  ReadInt(obj, "git_slots", path, 1, 1024, &out->git_slots);
+  ReadInt(obj, "git_slots_per_domain", path, 1, 1024, &out->git_slots_per_domain);
+  std::string metrics_listen;
+  auto ml = obj.find("metrics_listen");
+  if (ml != obj.end() && ml->is_string() && ml->get_ref<const std::string&>().empty()) {
+    out->metrics_listen = "";  // "" disables, like "off"
+  } else if (ReadString(obj, "metrics_listen", path, false, &metrics_listen)) {
+    if (metrics_listen == "off") {
+      out->metrics_listen = "";
+    } else if (std::string why = CheckHostPort(metrics_listen, true); !why.empty()) {
+      Problem("server.metrics_listen",
+              why + " (or \"off\" to serve /metrics only to the operator)");
+    } else if (metrics_listen == out->listen) {
+      Problem("server.metrics_listen",
+              "must differ from server.listen (the agents' port); use another port or \"off\"");
+    } else {
+      out->metrics_listen = metrics_listen;
+    }
+  }
+  // --- end HTTP transport caps ---
 }
 
 void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {

@@ -207,6 +207,68 @@ TEST_F(ConfigParserTest, ValidConfigParsesIntoStructs) {
   EXPECT_EQ(k.deploy.local->health_path, "/ready");
 }
 
+// HTTP transport caps (issue 15).
+TEST_F(ConfigParserTest, TransportCapsHaveDefaultsAndAreValidated) {
+  Config c;
+  auto problems = Parse(Valid(), &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.server.max_connections, 1024);
+  EXPECT_EQ(c.server.idle_timeout_s, 60);
+  EXPECT_EQ(c.server.header_timeout_s, 10);
+  EXPECT_EQ(c.server.write_timeout_s, 30);
+  EXPECT_EQ(c.server.max_sessions_per_domain, 64);
+  EXPECT_EQ(c.server.git_slots, 32);
+  EXPECT_EQ(c.server.git_slots_per_domain, 4);
+  EXPECT_EQ(c.server.metrics_listen, "127.0.0.1:8701");
+
+  json j = Valid();
+  j["server"]["max_connections"] = 10;
+  j["server"]["idle_timeout_s"] = 5;
+  j["server"]["header_timeout_s"] = 2;
+  j["server"]["write_timeout_s"] = 7;
+  j["server"]["max_sessions_per_domain"] = 0;
+  j["server"]["git_slots"] = 8;
+  j["server"]["git_slots_per_domain"] = 2;
+  j["server"]["metrics_listen"] = "127.0.0.1:9999";
+  Config d;
+  problems = Parse(j, &d);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(d.server.max_connections, 10);
+  EXPECT_EQ(d.server.idle_timeout_s, 5);
+  EXPECT_EQ(d.server.header_timeout_s, 2);
+  EXPECT_EQ(d.server.write_timeout_s, 7);
+  EXPECT_EQ(d.server.max_sessions_per_domain, 0);
+  EXPECT_EQ(d.server.git_slots, 8);
+  EXPECT_EQ(d.server.git_slots_per_domain, 2);
+  EXPECT_EQ(d.server.metrics_listen, "127.0.0.1:9999");
+
+  for (const char* off : {"", "off"}) {
+    j["server"]["metrics_listen"] = off;
+    Config e;
+    problems = Parse(j, &e);
+    ASSERT_TRUE(problems.empty()) << Describe(problems);
+    EXPECT_EQ(e.server.metrics_listen, "");
+  }
+
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"max_connections", 0},
+                                                 {"idle_timeout_s", 0},
+                                                 {"header_timeout_s", 601},
+                                                 {"write_timeout_s", "30"},
+                                                 {"max_sessions_per_domain", -1},
+                                                 {"git_slots", 0},
+                                                 {"git_slots_per_domain", 2000},
+                                                 {"metrics_listen", "nope"},
+                                                 {"metrics_listen", "127.0.0.1:8700"}}) {
+    json bad = Valid();
+    bad["server"]["listen"] = "127.0.0.1:8700";
+    bad["server"][key] = value;
+    Config e;
+    problems = Parse(bad, &e);
+    EXPECT_TRUE(HasPath(problems, "server." + key)) << key << " " << value << Describe(problems);
+  }
+}
+
 TEST_F(ConfigParserTest, OmittedOptionalSectionsGetDefaults) {
   json j = Valid();
   j["server"].erase("listen");

@@ -144,5 +144,5 @@ KILN_TOKEN="$(cat "$DEMO/operator.token")" "$KILN" apply --server "http://127.0.
 echo "kiln apply exit code: $?"
 
 say "metrics (excerpt)"
-curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^kiln_builds_total|^kiln_build_cache_hits_total' || true
+curl -s -H "Authorization: Bearer $(cat "$DEMO/operator.token")" "http://127.0.0.1:$PORT/metrics" | grep -E '^kiln_builds_total|^kiln_build_cache_hits_total' || true
 say "demo finished"

@@ -433,13 +433,82 @@ void GitHttpHandler::Register(HttpServer& server) {
   auto route = [this](const HttpRequest& request, std::shared_ptr<HttpResponder> responder) {
     Handle(request, std::move(responder));
   };
-  server.AddRoute("GET", kRoutePrefix, route, max_body_bytes());
-  server.AddRoute("POST", kRoutePrefix, route, max_body_bytes());
+  auto authorize = [this](const HttpRequest& head) { return Authorize(head); };
+  metrics_ = &server.metrics();
+  metrics_->DeclareCounter("kiln_git_refusals_total",
+                           "git requests refused by a limit (git_slots, git_slots_per_domain) or "
+                           "because the client stopped reading (write_stall).");
+  server.AddRoute("GET", kRoutePrefix, route, max_body_bytes(), authorize);
+  server.AddRoute("POST", kRoutePrefix, route, max_body_bytes(), authorize);
 }
 
 GitHttpHandler::DomainState* GitHttpHandler::FindDomain(const std::string& domain) {
   auto it = domains_.find(domain);
   return it == domains_.end() ? nullptr : it->second.get();
+}
+
+void GitHttpHandler::CountRefusal(const std::string& reason) {
+  if (metrics_) metrics_->Increment("kiln_git_refusals_total", {{"reason", reason}});
+}
+
+namespace {
+
+HttpRefusal GitRefusal(int status, const std::string& message, std::string reason,
+                       HttpHeaders headers = {}) {
+  HttpRefusal r;
+  r.status = status;
+  r.body = JsonError(message);
+  r.headers = std::move(headers);
+  r.reason = std::move(reason);
+  return r;
+}
+
+}  // namespace
+
+std::optional<HttpRefusal> GitHttpHandler::SlotRefusalLocked(const std::string& domain) {
+  if (workers_.size() - finished_.size() >= options_.max_concurrent) {
+    return GitRefusal(503,
+                      "too many git requests running on this server (server.git_slots = " +
+                          std::to_string(options_.max_concurrent) + "); retry in a moment",
+                      "git_slots", {{"Retry-After", "1"}});
+  }
+  auto it = running_.find(domain);
+  if (it != running_.end() && it->second >= options_.max_concurrent_per_domain) {
+    return GitRefusal(503,
+                      "too many git requests running for this domain "
+                      "(server.git_slots_per_domain = " +
+                          std::to_string(options_.max_concurrent_per_domain) +
+                          "); let your clones and pushes finish, then retry",
+                      "git_slots_per_domain", {{"Retry-After", "1"}});
+  }
+  return std::nullopt;
+}
+
+std::optional<HttpRefusal> GitHttpHandler::Authorize(const HttpRequest& head) {
+  GitRouteDecision parsed = ParseGitHttpRoute(head.method, head.path, head.query);
+  if (!parsed.ok()) {
+    HttpHeaders headers;
+    if (parsed.status == 405) headers.emplace_back("Allow", "GET, POST");
+    return GitRefusal(parsed.status, parsed.message, "not_found", std::move(headers));
+  }
+  AuthDecision auth = auth_.Authenticate(head.Header("authorization").value_or(""));
+  if (!auth.ok()) {
+    return GitRefusal(auth.status, auth.message, "unauthenticated",
+                      {{"WWW-Authenticate", auth.www_authenticate}});
+  }
+  if (auth.principal->kind != Principal::Kind::kDomain) {
+    return GitRefusal(403, "operator tokens cannot use git; use a domain token", "forbidden");
+  }
+  // Another domain's repository and a missing one look the same.
+  if (auth.principal->domain != parsed.route.domain || !FindDomain(parsed.route.domain) ||
+      state_dir_.empty()) {
+    return GitRefusal(404, kNotFound, "not_found");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return GitRefusal(503, "server is stopping", "stopping");
+  std::optional<HttpRefusal> full = SlotRefusalLocked(parsed.route.domain);
+  if (full) CountRefusal(full->reason);
+  return full;
 }
 
 void GitHttpHandler::Handle(const HttpRequest& request, std::shared_ptr<HttpResponder> responder) {
@@ -469,15 +538,26 @@ void GitHttpHandler::Handle(const HttpRequest& request, std::shared_ptr<HttpResp
   if (stopping_) {
     return responder->Reply(503, "application/json", JsonError("server is stopping"));
   }
-  if (workers_.size() - finished_.size() >= options_.max_concurrent) {
-    return responder->Reply(503, "application/json", JsonError("too many git requests running"),
-                            {{"Retry-After", "1"}});
+  // Checked again: the authorizer ran before the body was read, other requests may have
+  // taken the slots since.
+  if (std::optional<HttpRefusal> full = SlotRefusalLocked(parsed.route.domain)) {
+    CountRefusal(full->reason);
+    return responder->Reply(full->status, "application/json", full->body, full->headers);
   }
   uint64_t id = next_worker_++;
+  const std::string domain = parsed.route.domain;
+  ++running_[domain];
+  worker_domain_[id] = domain;
   workers_.emplace(id, std::thread([this, id, route = parsed.route, request,
                                     responder = std::move(responder)]() mutable {
                      Serve(std::move(route), std::move(request), std::move(responder));
                      std::lock_guard<std::mutex> lock(mu_);
+                     auto wd = worker_domain_.find(id);
+                     if (wd != worker_domain_.end()) {
+                       auto r = running_.find(wd->second);
+                       if (r != running_.end() && --r->second == 0) running_.erase(r);
+                       worker_domain_.erase(wd);
+                     }
                      finished_.push_back(id);
                      idle_cv_.notify_all();
                    }));
@@ -668,6 +748,7 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
   const std::string& body = request.body;
   auto deadline = std::chrono::steady_clock::now() + options_.cgi_timeout;
   bool terminated = false;
+  bool stalled = false;  // the client stopped reading: the CGI was killed
   char buf[65536];
   while (out_r >= 0 || err_r >= 0) {
     auto now = std::chrono::steady_clock::now();
@@ -707,7 +788,20 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
       if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
         CloseFd(out_r);
       } else if (r > 0 && started) {
-        responder->Write(std::string(buf, static_cast<size_t>(r)));
+        // Backpressure: the pipe fills while the client is slow, so git waits too; a client
+        // that takes nothing for write_stall_timeout (or left) loses the CGI and its slot.
+        if (!stalled && !responder->WaitWritable(std::chrono::steady_clock::now() +
+                                                 options_.write_stall_timeout)) {
+          stalled = true;
+          spdlog::warn("git: domain {}: client stopped reading {}; stopping git-http-backend",
+                       d.name, route.path_info);
+          CountRefusal("write_stall");
+          ::kill(-pid, SIGKILL);
+          CloseFd(out_r);
+          CloseFd(in_w);
+        } else if (!stalled) {
+          responder->Write(std::string(buf, static_cast<size_t>(r)));
+        }
       } else if (r > 0 && !bad_headers) {
         CgiHeaderParser::State st = parser.Feed(buf, static_cast<size_t>(r));
         if (st == CgiHeaderParser::State::kDone) {
@@ -739,6 +833,7 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
     spdlog::warn("git: domain {}: git-http-backend {} exit {}: {}", d.name, route.path_info,
                  *exit_code, first.substr(0, 300));
   }
+  if (stalled) return responder->Abort();  // a cut-short stream must not look complete
   if (started) return responder->Finish();
   responder->Reply(
       502, "application/json",

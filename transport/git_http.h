@@ -32,7 +32,15 @@
 // Threads: Handle returns at once; each request runs its CGI on its own worker thread, which
 // posts the response through the HttpResponder (headers parsed from the CGI's Status: and
 // Content-Type:, the body streamed chunk by chunk as git produces it). At most
-// `max_concurrent` CGIs run; more get 503.
+// `max_concurrent` CGIs run, and at most `max_concurrent_per_domain` for one domain; more get
+// 503 with Retry-After (so one domain cannot take every slot).
+//
+// Before the body (HTTP transport caps): Register installs an authorizer that the server runs
+// on the headers, so a request with a bad path, no or a wrong token, another domain's name or
+// no free slot is refused before any body byte is read.
+// Backpressure: the worker waits (HttpResponder::WaitWritable) while the connection's queued
+// output is over the server's bound; when the client has not taken the output within
+// `write_stall_timeout` (or left), the CGI is killed and its slot freed.
 //
 // Ownership: copies what it needs from the Config. Must outlive the HttpServer it is
 // registered with (or at least that server's Stop()). The destructor refuses new requests,
@@ -144,6 +152,10 @@ class GitHttpHandler {
     std::string http_backend = "/usr/lib/git-core/git-http-backend";
     std::chrono::seconds cgi_timeout{600};
     size_t max_concurrent = 32;
+    // --- HTTP transport caps (issue 15) ---
+    size_t max_concurrent_per_domain = 4;          // CGI slots one domain may hold
+    std::chrono::seconds write_stall_timeout{30};  // client not reading: CGI killed
+    // --- end HTTP transport caps ---
     int upkeep_every_pushes = 20;  // 0: never
     int gc_auto = 6700;            // gc.auto for the upkeep run
     int gc_auto_pack_limit = 50;   // gc.autoPackLimit for the upkeep run
@@ -167,6 +179,10 @@ class GitHttpHandler {
   /// Registers GET and POST "/git/" routes (with the push body limit) on `server`. Call before
   /// server.Start().
   void Register(HttpServer& server);
+
+  /// Decides from the headers alone (no body): route, token, domain and free slots. nullopt
+  /// when the request may go on. Never blocks. Thread-safe.
+  std::optional<HttpRefusal> Authorize(const HttpRequest& head);
 
   /// The route handler: answers every error itself (400/401/403/404/405/500/503); never blocks.
   void Handle(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
@@ -200,6 +216,9 @@ class GitHttpHandler {
   Status WriteBusyFile(DomainState& d, const std::set<std::string>& branches);
   void MaybeUpkeep(DomainState& d);
   void ReapFinished();  // joins workers that finished; requires mu_
+  // Refusal for a full slot table (global or the domain's), or nullopt; requires mu_.
+  std::optional<HttpRefusal> SlotRefusalLocked(const std::string& domain);
+  void CountRefusal(const std::string& reason);
 
   const Options options_;
   const std::string state_dir_;
@@ -208,11 +227,14 @@ class GitHttpHandler {
 
   std::mutex mu_;
   std::condition_variable idle_cv_;
-  bool stopping_ = false;                    // guarded by mu_
-  uint64_t next_worker_ = 0;                 // guarded by mu_
-  std::map<uint64_t, std::thread> workers_;  // guarded by mu_
-  std::vector<uint64_t> finished_;           // guarded by mu_
-  std::set<pid_t> children_;                 // guarded by mu_ (process group ids)
+  bool stopping_ = false;                          // guarded by mu_
+  uint64_t next_worker_ = 0;                       // guarded by mu_
+  std::map<uint64_t, std::thread> workers_;        // guarded by mu_
+  std::vector<uint64_t> finished_;                 // guarded by mu_
+  std::set<pid_t> children_;                       // guarded by mu_ (process group ids)
+  std::map<std::string, size_t> running_;          // guarded by mu_: running requests per domain
+  std::map<uint64_t, std::string> worker_domain_;  // guarded by mu_
+  MetricsRegistry* metrics_ = nullptr;             // set by Register (before the server starts)
   std::atomic<int> upkeep_runs_{0};
 };
 

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -18,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -395,7 +397,7 @@ class GitHttpE2ETest : public ::testing::Test {
 
   void Start() {
     handler_ = std::make_unique<GitHttpHandler>(config_, options_);
-    HttpServerOptions o;
+    HttpServerOptions o = server_options_;
     o.listen = "127.0.0.1:0";
     server_ = std::make_unique<HttpServer>(config_, backend_, o);
     handler_->Register(*server_);
@@ -486,6 +488,7 @@ class GitHttpE2ETest : public ::testing::Test {
   TempDir tmp_;
   Config config_;
   GitHttpHandler::Options options_;
+  HttpServerOptions server_options_;
   FakeToolBackend backend_;
   std::unique_ptr<GitHttpHandler> handler_;
   std::unique_ptr<HttpServer> server_;
@@ -895,6 +898,161 @@ TEST_F(GitHttpE2ETest, BenchmarkPushOfAOneFileChange) {
       "max %.1f ms (n=%zu); same push to a file:// repository: median %.1f ms\n",
       ms[ms.size() / 2], ms.front(), ms.back(), ms.size(), floor[floor.size() / 2]);
   EXPECT_LT(ms[ms.size() / 2], 2000.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP transport caps (issue 15)
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Sends `head` (no body) on a fresh connection; returns what the server sends until it closes
+// (10 s receive timeout so that a bug hangs no test).
+std::string HeadersOnly(uint16_t port, const std::string& head, bool* closed) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  std::string out;
+  *closed = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size())) {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) {
+        out.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      *closed = n == 0 || errno == ECONNRESET;
+      break;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+TEST_F(GitHttpE2ETest, PushesAreRefusedFromTheHeadersBeforeTheBody) {
+  Start();
+  struct Case {
+    std::string target;
+    std::string token;
+    int status;
+  };
+  std::vector<Case> cases = {
+      {"/git/demo.git/git-receive-pack", "", 401},
+      {"/git/demo.git/git-receive-pack", "wrong", 401},
+      {"/git/other.git/git-receive-pack", "demo-token", 404},   // another domain's
+      {"/git/nosuch.git/git-receive-pack", "demo-token", 404},  // no such domain
+      {"/git/demo.git/git-receive-pack", "op-token", 403},
+      {"/git/demo.git/../x.git/git-receive-pack", "demo-token", 404},
+  };
+  for (const Case& c : cases) {
+    std::string head = "POST " + c.target +
+                       " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       "Content-Type: application/x-git-receive-pack-request\r\n"
+                       "Content-Length: 66060288\r\n";
+    if (!c.token.empty()) head += "Authorization: Bearer " + c.token + "\r\n";
+    head += "\r\n";
+    bool closed = false;
+    std::string answer = HeadersOnly(server_->port(), head, &closed);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 " + std::to_string(c.status) + " ", 0), 0u)
+        << c.target << " " << c.token << ":\n"
+        << answer;
+    EXPECT_TRUE(closed) << c.target;
+    EXPECT_NE(answer.find("Connection: close"), std::string::npos);
+    EXPECT_EQ(answer.find("other"), std::string::npos) << answer;  // names no other domain
+  }
+  EXPECT_FALSE(fs::exists(RepoDir()));  // nothing ran
+}
+
+TEST_F(GitHttpE2ETest, ADomainAtItsGitSlotCapGets503AndOtherDomainsGoOn) {
+  // A stand-in for git-http-backend that holds its slot until the test releases it.
+  std::string dir = tmp_.path();
+  std::string script = dir + "/slow-backend";
+  WriteFile(
+      script,
+      "#!/bin/sh\n: > " + dir + "/started-$$\nwhile [ ! -e " + dir +
+          "/release ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nok'\n",
+      true);
+  options_.http_backend = script;
+  options_.max_concurrent_per_domain = 1;
+  options_.max_concurrent = 3;
+  Start();
+  auto started = [&] {
+    size_t n = 0;
+    for (auto& e : fs::directory_iterator(dir))
+      n += e.path().filename().string().rfind("started-", 0) == 0 ? 1 : 0;
+    return n;
+  };
+  auto get = [&](const std::string& domain) {
+    return RawRequest(server_->port(), http::verb::get,
+                      "/git/" + domain + ".git/info/refs?service=git-upload-pack",
+                      {{"Authorization", "Bearer " + domain + "-token"}});
+  };
+  auto first = std::async(std::launch::async, [&] { return get("demo"); });
+  ASSERT_TRUE(WaitFor([&] { return started() == 1; }, std::chrono::milliseconds(10000)));
+  RawResponse refused = get("demo");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.headers["retry-after"], "1");
+  EXPECT_NE(refused.body.find("server.git_slots_per_domain"), std::string::npos) << refused.body;
+  // The other domain still has its slot.
+  auto second = std::async(std::launch::async, [&] { return get("other"); });
+  ASSERT_TRUE(WaitFor([&] { return started() == 2; }, std::chrono::milliseconds(10000)));
+  WriteFile(dir + "/release", "");
+  EXPECT_EQ(first.get().status, 200);
+  EXPECT_EQ(second.get().status, 200);
+  EXPECT_EQ(
+      server_->metrics().Value("kiln_git_refusals_total", {{"reason", "git_slots_per_domain"}}), 1);
+  ASSERT_TRUE(handler_->WaitIdle(std::chrono::milliseconds(10000)));
+  EXPECT_EQ(get("demo").status, 200);  // the slot is free again
+}
+
+TEST_F(GitHttpE2ETest, AClientThatStopsReadingLosesItsCgiAndTheSlotIsFreed) {
+  // A backend with far more output than any buffer: 1 GiB, then a marker file.
+  std::string dir = tmp_.path();
+  std::string script = dir + "/big-backend";
+  WriteFile(script,
+            "#!/bin/sh\n: > " + dir +
+                "/started\nprintf 'Content-Type: application/octet-stream\\r\\n\\r\\n'\n"
+                "head -c 1073741824 /dev/zero && : > " +
+                dir + "/all-written\n",
+            true);
+  options_.http_backend = script;
+  options_.write_stall_timeout = std::chrono::seconds(2);
+  server_options_.write_timeout = std::chrono::seconds(2);
+  Start();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 64 << 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(server_->port());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  std::string req =
+      "GET /git/demo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Authorization: Bearer demo-token\r\n\r\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(dir + "/started"); }, std::chrono::milliseconds(10000)));
+  // The client reads nothing: the worker is blocked, then the CGI is killed and the slot freed.
+  ASSERT_TRUE(handler_->WaitIdle(std::chrono::milliseconds(60000)));
+  EXPECT_FALSE(fs::exists(dir + "/all-written"));
+  EXPECT_GE(server_->metrics().Value("kiln_git_refusals_total", {{"reason", "write_stall"}}) +
+                server_->metrics().Value("kiln_http_refusals_total", {{"reason", "write_timeout"}}),
+            1);
+  ::close(fd);
 }
 
 }  // namespace

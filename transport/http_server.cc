@@ -9,7 +9,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <cerrno>
+#include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -27,7 +30,8 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 
-constexpr std::chrono::seconds kWriteTimeout{60};
+constexpr std::chrono::milliseconds kAbortGrace{1000};  // refused: answer, then close
+constexpr uint64_t kSmallRefusedBody = 16 * 1024;  // refused bodies up to this are read, dropped
 constexpr size_t kHeaderLimit = 16 * 1024;
 
 std::string Lower(std::string s) {
@@ -113,6 +117,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     std::string prefix;
     RouteHandler handler;
     size_t max_body;
+    RouteAuthorizer authorize;
   };
 
   Status Start();
@@ -121,8 +126,13 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   size_t BodyLimitFor(const std::string& path) const;
   size_t MaxBodyLimit() const;
   void Forget(Connection* c);
-  // Posts `fn` to the connection's strand unless the server stopped or the connection is gone.
-  static void PostTo(const std::shared_ptr<ServerShared>& shared,
+  // Decides from the headers, before any body byte is read; nullopt: go on.
+  std::optional<HttpRefusal> Authorize(const HttpRequest& head);
+  void CountRefusal(const std::string& reason);
+  std::string MetricsText();
+  // Posts `fn` to the connection's strand unless the server stopped or the connection is gone
+  // (then returns false).
+  static bool PostTo(const std::shared_ptr<ServerShared>& shared,
                      const std::weak_ptr<Connection>& conn, std::function<void(Connection&)> fn);
 
   const HttpServerOptions options_;
@@ -136,35 +146,81 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   net::io_context ioc_;  // declared before everything that owns sockets or timers
   std::optional<tcp::acceptor> acceptor_;
   std::optional<net::steady_timer> evict_timer_;
+  std::optional<net::steady_timer> accept_timer_;
+  AcceptBackoff accept_backoff_;  // touched only by the accept chain (one operation at a time)
   std::mutex conns_mu_;
   std::map<Connection*, std::shared_ptr<Connection>> conns_;  // guarded by conns_mu_
+  size_t serving_ = 0;  // guarded by conns_mu_: conns_ not being refused (max_connections)
   std::vector<std::thread> threads_;
   bool started_ = false;
 
  private:
   void DoAccept();
+  void OnAcceptError(boost::system::error_code ec);
   void ScheduleEviction();
   void HandleMcp(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
   void RunCalls(McpDecision decision, std::shared_ptr<HttpResponder> responder);
   void Readyz(std::shared_ptr<HttpResponder> responder);
-  std::string MetricsText();
   const Route* FindRoute(const std::string& method, const std::string& path) const;
 };
 
+// Bounded output queue of one connection, shared with its responders: producers on other
+// threads wait in WaitWritable while the queue is over the bound. Thread-safe.
+struct FlowControl {
+  explicit FlowControl(size_t l) : limit(l) {}
+  const size_t limit;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t queued = 0;    // guarded by mu: bytes handed to the connection, not yet written
+  bool closed = false;  // guarded by mu
+
+  void Add(size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    queued += n;
+  }
+  void Sub(size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queued -= std::min(n, queued);
+    }
+    cv.notify_all();
+  }
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      closed = true;
+    }
+    cv.notify_all();
+  }
+  bool Wait(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_until(lock, deadline, [&] { return closed || queued <= limit; });
+    return !closed && queued <= limit;
+  }
+};
+
 // One TCP connection: read request -> dispatch -> write response (possibly streamed) -> repeat.
-// All members are touched only on the connection's strand.
+// All members are touched only on the connection's strand (flow_ is thread-safe).
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {}
+  Connection(tcp::socket socket, HttpServer::Impl* server, bool overloaded)
+      : stream_(std::move(socket)),
+        server_(server),
+        flow_(std::make_shared<FlowControl>(server->options_.max_queued_output_bytes)),
+        overloaded_(overloaded) {}
 
   void Start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->overloaded_) return self->RefuseOverloaded();
+      self->DoRead();
+    });
   }
 
   void Close() {
     if (closed_) return;
     closed_ = true;
+    flow_->Close();
+    if (abort_timer_) abort_timer_->cancel();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.socket().close(ec);
@@ -181,7 +237,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     out += body;
     complete_ = true;
-    Enqueue(std::move(out));
+    Enqueue(std::move(out), 0);
   }
 
   void StartStream(uint64_t gen, int status, const std::string& content_type,
@@ -195,24 +251,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
     out += "Content-Type: " + content_type + "\r\n";
     if (chunked_) out += "Transfer-Encoding: chunked\r\n";
     out += "\r\n";
-    Enqueue(std::move(out));
+    Enqueue(std::move(out), 0);
   }
 
+  // `chunk.size()` bytes were counted in flow_ by the responder.
   void Write(uint64_t gen, const std::string& chunk) {
-    if (gen != gen_ || !streaming_ || complete_ || closed_ || chunk.empty()) return;
+    if (gen != gen_ || !streaming_ || complete_ || closed_ || chunk.empty()) {
+      flow_->Sub(chunk.size());
+      return;
+    }
     if (!chunked_) {
-      Enqueue(chunk);
+      Enqueue(chunk, chunk.size());
       return;
     }
     char size[20];
     std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
-    Enqueue(size + chunk + "\r\n");
+    Enqueue(size + chunk + "\r\n", chunk.size());
+  }
+
+  void Abort(uint64_t gen) {
+    if (gen != gen_) return;
+    Close();
   }
 
   void Finish(uint64_t gen) {
     if (gen != gen_ || !streaming_ || complete_ || closed_) return;
     complete_ = true;
-    Enqueue(chunked_ ? "0\r\n\r\n" : "");
+    Enqueue(chunked_ ? "0\r\n\r\n" : "", 0);
   }
 
  private:
@@ -229,28 +294,62 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     body_limit_ = 0;
     parser_->header_limit(kHeaderLimit);
-    parser_->body_limit(server_->MaxBodyLimit());
+    // No body limit while the headers are parsed: a Content-Length over every limit is then
+    // answered after authentication (401 before 413, so the refusal names the real cause).
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     started_ = streaming_ = complete_ = false;
-    stream_.expires_after(server_->options_.read_timeout);
+    abort_after_reply_ = false;
+    if (requests_ == 0 || buffer_.size() > 0) return ReadHeader();
+    // Keep-alive: wait (idle_timeout) for the next request's first byte, then its headers
+    // get header_timeout.
+    stream_.expires_after(server_->options_.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (ec) {
+                                if (ec == beast::error::timeout)
+                                  self->server_->CountRefusal("idle_timeout");
+                                return self->Close();
+                              }
+                              self->buffer_.commit(n);
+                              self->ReadHeader();
+                            });
+  }
+
+  void ReadHeader() {
+    stream_.expires_after(server_->options_.header_timeout);
     http::async_read_header(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   void OnHeader(beast::error_code ec) {
-    if (ec) return OnReadError(ec);
+    if (ec) return OnReadError(ec, "header_timeout");
+    ++requests_;
     auto& req = parser_->get();
-    std::string target(req.target());
-    std::string path = target.substr(0, target.find('?'));
-    size_t limit = server_->BodyLimitFor(path);
-    body_limit_ = limit;
+    head_ = HttpRequest{};
+    head_.method = std::string(req.method_string());
+    head_.target = std::string(req.target());
+    size_t q = head_.target.find('?');
+    head_.path = head_.target.substr(0, q);
+    if (q != std::string::npos) head_.query = head_.target.substr(q + 1);
+    for (const auto& field : req) {
+      std::string name = Lower(std::string(field.name_string()));
+      auto [it, inserted] = head_.headers.emplace(name, std::string(field.value()));
+      if (!inserted) it->second += ", " + std::string(field.value());
+    }
     http11_ = req.version() >= 11;
     keep_alive_ = req.keep_alive();
+    // Authentication before any body byte is read (and before 100 Continue).
+    if (std::optional<HttpRefusal> refusal = server_->Authorize(head_)) {
+      return Refuse(std::move(*refusal));
+    }
+    size_t limit = server_->BodyLimitFor(head_.path);
+    body_limit_ = limit;
     auto length = parser_->content_length();
     if (length && *length > limit) return TooLarge(limit);
     parser_->body_limit(limit);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
-      stream_.expires_after(kWriteTimeout);
+      stream_.expires_after(server_->options_.write_timeout);
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       net::async_write(stream_, net::buffer(*cont),
                        [self = shared_from_this(), cont](beast::error_code ec, size_t) {
@@ -262,28 +361,75 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ReadBody();
   }
 
+  // Answers a request refused from its headers. When a body is still on the wire, the
+  // connection is shut down after the answer without reading it (AbortClose).
+  // A small announced body (<= kSmallRefusedBody) is read and dropped instead, so that the
+  // connection stays usable (no Expect: 100-continue is answered).
+  void Refuse(HttpRefusal r) {
+    server_->CountRefusal(r.reason);
+    auto length = parser_->content_length();
+    bool expects_continue = beast::iequals(parser_->get()[http::field::expect], "100-continue");
+    if (!parser_->is_done() && length && *length <= kSmallRefusedBody && !expects_continue &&
+        keep_alive_) {
+      parser_->body_limit(kSmallRefusedBody);
+      stream_.expires_after(server_->options_.read_timeout);
+      auto refusal = std::make_shared<HttpRefusal>(std::move(r));
+      http::async_read(stream_, buffer_, *parser_,
+                       [self = shared_from_this(), refusal](beast::error_code ec, size_t) {
+                         if (ec) return self->Close();
+                         self->parser_->get().body().clear();
+                         ++self->gen_;
+                         self->Reply(self->gen_, refusal->status, "application/json", refusal->body,
+                                     refusal->headers);
+                       });
+      return;
+    }
+    if (!parser_->is_done()) {
+      keep_alive_ = false;
+      abort_after_reply_ = true;
+    }
+    ++gen_;
+    Reply(gen_, r.status, "application/json", r.body, r.headers);
+  }
+
+  void RefuseOverloaded() {
+    server_->CountRefusal("connections");
+    keep_alive_ = false;
+    abort_after_reply_ = true;
+    ++gen_;
+    Reply(gen_, 503, "application/json",
+          JsonError("too many connections (server.max_connections = " +
+                    std::to_string(server_->options_.max_connections) +
+                    "); close idle connections or retry shortly"),
+          {{"Retry-After", "1"}});
+  }
+
   void ReadBody() {
     stream_.expires_after(server_->options_.read_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) return self->OnReadError(ec);
+                       if (ec) return self->OnReadError(ec, "body_timeout");
                        self->OnRequest();
                      });
   }
 
-  void OnReadError(beast::error_code ec) {
+  void OnReadError(beast::error_code ec, const char* timeout_reason) {
     // The route's limit (a chunked body has no length to refuse it by up front).
     if (ec == http::error::body_limit)
       return TooLarge(body_limit_ ? body_limit_ : server_->options_.max_request_bytes);
     if (ec == http::error::header_limit) {
+      server_->CountRefusal("headers_too_large");
       keep_alive_ = false;
+      abort_after_reply_ = true;
       ++gen_;
       return Reply(gen_, 431, "application/json", JsonError("request headers too large"), {});
     }
+    if (ec == beast::error::timeout) server_->CountRefusal(timeout_reason);
     Close();  // end of stream, timeout, reset, garbage: nothing sensible to answer
   }
 
   void TooLarge(size_t limit) {
+    server_->CountRefusal("body_too_large");
     keep_alive_ = false;  // the unread body is still on the wire
     ++gen_;
     Reply(gen_, 413, "application/json",
@@ -294,27 +440,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void OnRequest() {
     stream_.expires_never();  // the answer may take as long as the tool call
-    auto& req = parser_->get();
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    r.target = std::string(req.target());
-    size_t q = r.target.find('?');
-    r.path = r.target.substr(0, q);
-    if (q != std::string::npos) r.query = r.target.substr(q + 1);
-    for (const auto& field : req) {
-      std::string name = Lower(std::string(field.name_string()));
-      auto [it, inserted] = r.headers.emplace(name, std::string(field.value()));
-      if (!inserted) it->second += ", " + std::string(field.value());
-    }
-    r.body = std::move(req.body());
+    HttpRequest r = std::move(head_);
+    r.body = std::move(parser_->get().body());
     ++gen_;
     server_->Dispatch(r, MakeResponder());
   }
 
   std::shared_ptr<HttpResponder> MakeResponder();
 
-  void Enqueue(std::string data) {
-    out_.push_back(std::move(data));
+  // `accounted`: bytes of `data` counted in flow_ (released once written).
+  void Enqueue(std::string data, size_t accounted) {
+    out_.emplace_back(std::move(data), accounted);
     if (!writing_) DoWrite();
   }
 
@@ -324,16 +460,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
       writing_ = false;
       if (complete_) {
         if (keep_alive_) return DoRead();
-        return LingerClose();
+        return abort_after_reply_ ? AbortClose() : LingerClose();
       }
       stream_.expires_never();
       return;
     }
     writing_ = true;
-    stream_.expires_after(kWriteTimeout);
-    net::async_write(stream_, net::buffer(out_.front()),
+    stream_.expires_after(server_->options_.write_timeout);
+    net::async_write(stream_, net::buffer(out_.front().first),
                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) return self->Close();  // client left: drop the rest
+                       if (ec) {
+                         if (ec == beast::error::timeout)
+                           self->server_->CountRefusal("write_timeout");
+                         return self->Close();  // client left or stopped reading: drop the rest
+                       }
+                       self->flow_->Sub(self->out_.front().second);
                        self->out_.pop_front();
                        self->DoWrite();
                      });
@@ -356,18 +497,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
                             });
   }
 
+  // For a request refused before its body: half-closes and, without reading anything more,
+  // closes a moment later (time for the client to read the answer). Reads nothing: an
+  // unauthenticated body never reaches kiln's memory.
+  void AbortClose() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    abort_timer_.emplace(stream_.get_executor());
+    abort_timer_->expires_after(kAbortGrace);
+    abort_timer_->async_wait([self = shared_from_this()](beast::error_code) { self->Close(); });
+  }
+
   beast::tcp_stream stream_;
   HttpServer::Impl* server_;
+  std::shared_ptr<FlowControl> flow_;
+  const bool overloaded_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::deque<std::string> out_;
+  HttpRequest head_;  // the current request without its body, from OnHeader
+  std::deque<std::pair<std::string, size_t>> out_;
+  std::optional<net::steady_timer> abort_timer_;
   uint64_t gen_ = 0;
+  uint64_t requests_ = 0;
   bool writing_ = false;
   bool started_ = false;
   bool streaming_ = false;
   bool chunked_ = true;
   bool complete_ = false;
   bool keep_alive_ = true;
+  bool abort_after_reply_ = false;
   bool http11_ = true;
   size_t body_limit_ = 0;  // the current request's body limit (by route), 0 before its header
   bool closed_ = false;
@@ -379,8 +537,9 @@ namespace {
 
 class Responder : public HttpResponder {
  public:
-  Responder(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, uint64_t gen)
-      : shared_(std::move(shared)), conn_(std::move(conn)), gen_(gen) {}
+  Responder(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, uint64_t gen,
+            std::shared_ptr<FlowControl> flow)
+      : shared_(std::move(shared)), conn_(std::move(conn)), gen_(gen), flow_(std::move(flow)) {}
 
   void Reply(int status, std::string content_type, std::string body, HttpHeaders headers) override {
     uint64_t gen = gen_;
@@ -399,34 +558,46 @@ class Responder : public HttpResponder {
   void Write(std::string chunk) override {
     if (chunk.empty()) return;
     uint64_t gen = gen_;
-    HttpServer::Impl::PostTo(shared_, conn_,
-                             [=, s = std::move(chunk)](Connection& c) { c.Write(gen, s); });
+    size_t n = chunk.size();
+    flow_->Add(n);
+    if (!HttpServer::Impl::PostTo(shared_, conn_,
+                                  [=, s = std::move(chunk)](Connection& c) { c.Write(gen, s); }))
+      flow_->Sub(n);
   }
   void Finish() override {
     uint64_t gen = gen_;
     HttpServer::Impl::PostTo(shared_, conn_, [=](Connection& c) { c.Finish(gen); });
+  }
+  void Abort() override {
+    uint64_t gen = gen_;
+    HttpServer::Impl::PostTo(shared_, conn_, [=](Connection& c) { c.Abort(gen); });
+  }
+  bool WaitWritable(std::chrono::steady_clock::time_point deadline) override {
+    return flow_->Wait(deadline);
   }
 
  private:
   std::shared_ptr<ServerShared> shared_;
   std::weak_ptr<Connection> conn_;
   const uint64_t gen_;
+  std::shared_ptr<FlowControl> flow_;
 };
 
 }  // namespace
 
 std::shared_ptr<HttpResponder> Connection::MakeResponder() {
-  return std::make_shared<Responder>(server_->shared_, weak_from_this(), gen_);
+  return std::make_shared<Responder>(server_->shared_, weak_from_this(), gen_, flow_);
 }
 
-void HttpServer::Impl::PostTo(const std::shared_ptr<ServerShared>& shared,
+bool HttpServer::Impl::PostTo(const std::shared_ptr<ServerShared>& shared,
                               const std::weak_ptr<Connection>& conn,
                               std::function<void(Connection&)> fn) {
   std::lock_guard<std::mutex> lock(shared->mu);
-  if (shared->stopped) return;
+  if (shared->stopped) return false;
   auto c = conn.lock();
-  if (!c) return;
+  if (!c) return false;
   net::post(c->stream_.get_executor(), [c, fn = std::move(fn)] { fn(*c); });
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -439,6 +610,7 @@ McpHandler::Options HandlerOptions(const Config& config, const HttpServerOptions
   h.server_version = o.version;
   h.instructions = o.instructions;
   h.max_sessions = o.max_sessions;
+  h.max_sessions_per_domain = o.max_sessions_per_domain;
   h.max_calls_per_session = o.max_calls_per_session;
   h.session_idle_timeout = o.session_idle_timeout;
   h.catalog = o.catalog;
@@ -467,6 +639,12 @@ HttpServer::Impl::Impl(const Config& config, ToolBackend& backend, HttpServerOpt
   m.DeclareHistogram("kiln_mcp_tool_call_seconds", "Tool call duration.",
                      {0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600});
   m.DeclareCounter("kiln_http_requests_total", "HTTP requests by route and status.");
+  m.DeclareCounter("kiln_http_refusals_total",
+                   "Requests and connections refused or closed by a transport limit, by reason.");
+  m.DeclareCounter("kiln_http_accept_errors_total", "Failed accepts by error.");
+  m.DeclareGauge("kiln_http_connections", "Open HTTP connections.");
+  m.DeclareCounter("kiln_mcp_sessions_evicted_total",
+                   "Idle MCP sessions evicted because their domain reached its session cap.");
 }
 
 HttpServer::Impl::~Impl() { Stop(); }
@@ -494,6 +672,7 @@ Status HttpServer::Impl::Start() {
   }
   port_ = acceptor_->local_endpoint().port();
   started_ = true;
+  accept_timer_.emplace(ioc_);
   DoAccept();
   evict_timer_.emplace(ioc_);
   ScheduleEviction();
@@ -527,20 +706,55 @@ void HttpServer::Impl::Stop() {
 }
 
 void HttpServer::Impl::DoAccept() {
+  if (options_.accept_fault) {
+    if (int err = options_.accept_fault()) {
+      return OnAcceptError(boost::system::error_code(err, boost::system::system_category()));
+    }
+  }
   acceptor_->async_accept(net::make_strand(ioc_),
                           [this](boost::system::error_code ec, tcp::socket socket) {
                             if (ec == net::error::operation_aborted || !acceptor_->is_open())
                               return;
-                            if (!ec) {
-                              auto c = std::make_shared<Connection>(std::move(socket), this);
-                              {
-                                std::lock_guard<std::mutex> lock(conns_mu_);
-                                conns_[c.get()] = c;
-                              }
-                              c->Start();
+                            if (ec) return OnAcceptError(ec);
+                            accept_backoff_.Reset();
+                            std::shared_ptr<Connection> c;
+                            {
+                              std::lock_guard<std::mutex> lock(conns_mu_);
+                              // Connections being refused do not count: they close soon.
+                              bool over = serving_ >= options_.max_connections;
+                              if (!over) ++serving_;
+                              c = std::make_shared<Connection>(std::move(socket), this, over);
+                              conns_[c.get()] = c;
                             }
+                            c->Start();
                             DoAccept();
                           });
+}
+
+void HttpServer::Impl::OnAcceptError(boost::system::error_code ec) {
+  int err = ec.value();
+  const char* name = err == EMFILE    ? "EMFILE"
+                     : err == ENFILE  ? "ENFILE"
+                     : err == ENOBUFS ? "ENOBUFS"
+                     : err == ENOMEM  ? "ENOMEM"
+                                      : "other";
+  shared_->metrics.Increment("kiln_http_accept_errors_total", {{"error", name}});
+  if (!IsAcceptResourceError(err)) {
+    // A connection that went away before it was accepted, ...: take the next one at once.
+    net::post(ioc_, [this] {
+      if (acceptor_->is_open()) DoAccept();
+    });
+    return;
+  }
+  // Out of descriptors or memory: the pending connection stays in the backlog, so accepting at
+  // once would fail again at once. Retry after a backoff.
+  std::chrono::milliseconds delay = accept_backoff_.Next();
+  spdlog::warn("http: accept failed ({}); retrying in {} ms", ec.message(), delay.count());
+  accept_timer_->expires_after(delay);
+  accept_timer_->async_wait([this](boost::system::error_code wait_ec) {
+    if (wait_ec || !acceptor_->is_open()) return;
+    DoAccept();
+  });
 }
 
 void HttpServer::Impl::ScheduleEviction() {
@@ -558,6 +772,7 @@ void HttpServer::Impl::Forget(Connection* c) {
   std::lock_guard<std::mutex> lock(conns_mu_);
   auto it = conns_.find(c);
   if (it != conns_.end()) {
+    if (!c->overloaded_) --serving_;
     keep = std::move(it->second);
     conns_.erase(it);
   }
@@ -591,6 +806,76 @@ size_t HttpServer::Impl::MaxBodyLimit() const {
   return limit;
 }
 
+void HttpServer::Impl::CountRefusal(const std::string& reason) {
+  shared_->metrics.Increment("kiln_http_refusals_total", {{"reason", reason}});
+}
+
+namespace {
+
+HttpRefusal Refusal(int status, const std::string& message, std::string reason,
+                    HttpHeaders headers = {}) {
+  HttpRefusal r;
+  r.status = status;
+  r.body = JsonError(message);
+  r.headers = std::move(headers);
+  r.reason = std::move(reason);
+  return r;
+}
+
+HttpRefusal Unauthenticated(const AuthDecision& auth) {
+  return Refusal(auth.status, auth.message, "unauthenticated",
+                 {{"WWW-Authenticate", auth.www_authenticate}});
+}
+
+}  // namespace
+
+std::optional<HttpRefusal> HttpServer::Impl::Authorize(const HttpRequest& head) {
+  const std::string& path = head.path;
+  if (options_.metrics_only) {
+    if (path == "/metrics" || path == "/healthz") return std::nullopt;
+    return Refusal(404, "not found: this listener serves only /metrics and /healthz", "not_found");
+  }
+  if (path == "/healthz" || path == "/readyz") return std::nullopt;
+  if (path == "/metrics") {
+    // /metrics names every domain: on the agents' port it is the operator's only.
+    AuthDecision auth = auth_.Authenticate(head.Header("authorization").value_or(""));
+    if (!auth.ok()) return Unauthenticated(auth);
+    if (auth.principal->kind != Principal::Kind::kOperator) {
+      return Refusal(403,
+                     "/metrics needs the operator token (or use the metrics listener, "
+                     "server.metrics_listen)",
+                     "forbidden");
+    }
+    return std::nullopt;
+  }
+  AuthDecision origin =
+      auth_.CheckOrigin(head.Header("origin").value_or(""), head.Header("origin").has_value(),
+                        head.Header("host").value_or(""));
+  if (!origin.ok()) return Refusal(origin.status, origin.message, "origin");
+  if (path == "/mcp") {
+    auto count = [&](const char* method, int status) {
+      shared_->metrics.Increment("kiln_mcp_requests_total",
+                                 {{"method", method}, {"status", std::to_string(status)}});
+    };
+    AuthDecision auth = auth_.Authenticate(head.Header("authorization").value_or(""));
+    if (!auth.ok()) {
+      count("unauthenticated", auth.status);
+      return Unauthenticated(auth);
+    }
+    if (auth.principal->kind != Principal::Kind::kDomain) {
+      count("forbidden", 403);
+      return Refusal(403, "operator tokens cannot use /mcp; use a domain token", "forbidden");
+    }
+    return std::nullopt;
+  }
+  const Route* route = FindRoute(head.method, path);
+  if (!route) return Refusal(404, "not found: no such endpoint (see /mcp and /git/)", "not_found");
+  if (route->authorize) return route->authorize(head);
+  AuthDecision auth = auth_.Authenticate(head.Header("authorization").value_or(""));
+  if (!auth.ok()) return Unauthenticated(auth);
+  return std::nullopt;
+}
+
 void HttpServer::Impl::Dispatch(const HttpRequest& request,
                                 std::shared_ptr<HttpResponder> responder) {
   auto count = [&](const std::string& route, int status) {
@@ -609,7 +894,12 @@ void HttpServer::Impl::Dispatch(const HttpRequest& request,
       return responder->Reply(200, "application/json", R"({"status":"ok"})");
     }
     if (request.path == "/readyz") return Readyz(responder);
-    return responder->Reply(200, "text/plain; version=0.0.4; charset=utf-8", MetricsText());
+    return responder->Reply(200, "text/plain; version=0.0.4; charset=utf-8",
+                            options_.metrics_text ? options_.metrics_text() : MetricsText());
+  }
+  if (options_.metrics_only) {
+    count("unknown", 404);
+    return responder->Reply(404, "application/json", JsonError("not found"));
   }
   AuthDecision origin =
       auth_.CheckOrigin(request.Header("origin").value_or(""), request.Header("origin").has_value(),
@@ -647,6 +937,10 @@ std::string HttpServer::Impl::MetricsText() {
   MetricsRegistry& m = shared_->metrics;
   m.Set("kiln_mcp_sessions", {}, static_cast<double>(shared_->handler.SessionCount()));
   m.Set("kiln_mcp_inflight_calls", {}, static_cast<double>(shared_->handler.InflightCalls()));
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    m.Set("kiln_http_connections", {}, static_cast<double>(serving_));
+  }
   std::string text = m.Render();
   std::string extra = backend_.MetricsText();
   if (!extra.empty() && extra.back() != '\n') extra += '\n';
@@ -679,6 +973,11 @@ void HttpServer::Impl::HandleMcp(const HttpRequest& request,
   mr.protocol_version = request.Header("mcp-protocol-version");
   mr.body = request.body;
   McpDecision d = shared_->handler.Handle(mr);
+  if (!d.refused_by.empty()) CountRefusal(d.refused_by);
+  if (d.evicted_sessions) {
+    shared_->metrics.Increment("kiln_mcp_sessions_evicted_total", {},
+                               static_cast<double>(d.evicted_sessions));
+  }
   for (uint64_t h : d.cancel) backend_.Cancel(h);
   if (d.calls.empty()) {
     count(d.metric_method, d.reply.status);
@@ -753,9 +1052,9 @@ HttpServer::HttpServer(const Config& config, ToolBackend& backend, HttpServerOpt
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::AddRoute(std::string method, std::string path_prefix, RouteHandler handler,
-                          size_t max_body_bytes) {
-  impl_->routes_.push_back(
-      {std::move(method), std::move(path_prefix), std::move(handler), max_body_bytes});
+                          size_t max_body_bytes, RouteAuthorizer authorize) {
+  impl_->routes_.push_back({std::move(method), std::move(path_prefix), std::move(handler),
+                            max_body_bytes, std::move(authorize)});
 }
 
 Status HttpServer::Start() { return impl_->Start(); }
@@ -763,5 +1062,16 @@ void HttpServer::Stop() { impl_->Stop(); }
 uint16_t HttpServer::port() const { return impl_->port_; }
 const Authenticator& HttpServer::authenticator() const { return impl_->auth_; }
 MetricsRegistry& HttpServer::metrics() { return impl_->shared_->metrics; }
+std::string HttpServer::MetricsText() { return impl_->MetricsText(); }
+
+std::chrono::milliseconds AcceptBackoff::Next() {
+  next_ = next_.count() == 0 ? std::chrono::milliseconds(50)
+                             : std::min(next_ * 2, std::chrono::milliseconds(1000));
+  return next_;
+}
+
+bool IsAcceptResourceError(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
 
 }  // namespace kiln

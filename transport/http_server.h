@@ -8,6 +8,21 @@
 // disconnects mid-call does not cancel the call (MCP: a dropped connection is not a
 // cancellation); its answer is dropped.
 //
+// Limits of the transport (docs/security.md, "Limits of the HTTP transport"):
+//   - authentication before the body: the server authorizes every request from its headers
+//     (bearer token for /mcp and /metrics, each route's `authorize` hook, else a valid bearer
+//     token) before reading a body byte or answering `Expect: 100-continue`; a refused request
+//     with a body pending is answered (Connection: close) and the connection is shut down
+//     without reading the rest;
+//   - max_connections: over the cap, a new connection gets a short 503 and is closed;
+//   - accept errors from resource exhaustion (EMFILE, ENFILE, ENOBUFS, ENOMEM) re-arm the accept
+//     only after a backoff (AcceptBackoff: 50 ms doubling to 1 s);
+//   - header_timeout for a request's headers, idle_timeout between keep-alive requests,
+//     read_timeout for a body, write_timeout for a client that stops reading;
+//   - backpressure: a connection's queued output is bounded (max_queued_output_bytes);
+//     producers on other threads call HttpResponder::WaitWritable before writing more.
+// Every refusal is counted in kiln_http_refusals_total{reason}.
+//
 // Ownership: the backend must outlive the server. Backend callbacks may outlive the server
 // safely: they hold only shared, stop-aware state.
 // Thread-safety: AddRoute before Start only; Start/Stop from one controlling thread; port()
@@ -39,8 +54,23 @@ struct HttpServerOptions {
   size_t max_request_bytes = 1 << 20;  // larger bodies -> 413
   size_t max_sessions = 1000;
   size_t max_calls_per_session = 16;
-  std::chrono::seconds read_timeout{30};  // per request (headers + body), and keep-alive idle
+  std::chrono::seconds read_timeout{30};  // per request body
   std::chrono::seconds session_idle_timeout{3600};
+  // --- HTTP transport caps (issue 15) ---
+  size_t max_connections = 1024;             // open connections; more get 503 and are closed
+  std::chrono::seconds header_timeout{10};   // a request's headers (slowloris)
+  std::chrono::seconds idle_timeout{60};     // a keep-alive connection between requests
+  std::chrono::seconds write_timeout{30};    // a client that stops reading loses its connection
+  size_t max_queued_output_bytes = 1 << 20;  // per connection; see HttpResponder::WaitWritable
+  size_t max_sessions_per_domain = 64;       // MCP sessions per domain (0: no per-domain cap)
+  /// Serve only /metrics and /healthz, with no token (the operator's metrics listener);
+  /// everything else is 404. /metrics then renders `metrics_text` (e.g. the main server's).
+  bool metrics_only = false;
+  std::function<std::string()> metrics_text;
+  /// Tests: asked before each accept; a non-zero errno is handled as if accept had failed
+  /// with it (no connection is taken).
+  std::function<int()> accept_fault;
+  // --- end HTTP transport caps ---
   std::string version = "0.1.0";
   std::string instructions =
       "kiln builds container images of your code. Push your work with git to the kiln remote "
@@ -65,6 +95,32 @@ struct HttpRequest {
   std::optional<std::string> Header(const std::string& name) const;
 };
 
+/// A refusal decided from a request's headers alone, before any body byte is read.
+struct HttpRefusal {
+  int status = 401;
+  std::string body;  // JSON
+  HttpHeaders headers;
+  std::string reason;  // label for kiln_http_refusals_total
+};
+
+/// Decides from the request's method, path, query and headers (the body is empty) whether it
+/// may go on; nullopt to go on. Called on an io thread: must not block.
+using RouteAuthorizer = std::function<std::optional<HttpRefusal>(const HttpRequest& head)>;
+
+/// The accept loop's backoff after resource errors: 50 ms, doubling, at most 1 s; Reset()
+/// after an accept succeeds. Plain value type; not thread-safe.
+class AcceptBackoff {
+ public:
+  std::chrono::milliseconds Next();
+  void Reset() { next_ = std::chrono::milliseconds(0); }
+
+ private:
+  std::chrono::milliseconds next_{0};
+};
+
+/// True for accept errors that mean "out of descriptors or memory": retry only after a backoff.
+bool IsAcceptResourceError(int err);
+
 /// How a route answers, possibly later and from any thread. Thread-safe. After the client
 /// disconnected or the server stopped, every method is a no-op.
 class HttpResponder {
@@ -79,6 +135,16 @@ class HttpResponder {
   virtual void Write(std::string chunk) = 0;
   /// Ends a started stream; the connection then serves its next request.
   virtual void Finish() = 0;
+  /// Backpressure for producers on their own thread (never an io thread or an actor): blocks
+  /// until the connection's queued output is under the server's bound. Returns false when
+  /// `deadline` passed first or the connection is gone (the producer should stop).
+  virtual bool WaitWritable(std::chrono::steady_clock::time_point deadline) {
+    (void)deadline;
+    return true;
+  }
+  /// Closes the connection without completing the response (a stream cut short must not look
+  /// complete to the client).
+  virtual void Abort() {}
 };
 
 using RouteHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpResponder>)>;
@@ -92,10 +158,12 @@ class HttpServer {
 
   /// Registers a handler for requests whose path starts with `path_prefix` and whose method is
   /// `method` (empty: any). The longest matching prefix wins. `max_body_bytes` 0 means
-  /// options.max_request_bytes. Routes do their own authentication (see authenticator()); the
-  /// Origin/Host check has already passed. Call before Start.
+  /// options.max_request_bytes. `authorize` runs on the headers before the body is read (see
+  /// RouteAuthorizer); without one, a valid bearer token (any principal) is required before
+  /// the body. Routes still do their own authentication (see authenticator()); the Origin/Host
+  /// check has already passed. Call before Start.
   void AddRoute(std::string method, std::string path_prefix, RouteHandler handler,
-                size_t max_body_bytes = 0);
+                size_t max_body_bytes = 0, RouteAuthorizer authorize = nullptr);
 
   /// Binds and starts serving. Returns InvalidArgument for a bad listen address, Unavailable
   /// when binding fails, FailedPrecondition when already started.
@@ -112,6 +180,8 @@ class HttpServer {
   const Authenticator& authenticator() const;
   /// Registry for /metrics; other modules may declare their own series here.
   MetricsRegistry& metrics();
+  /// What /metrics answers (this server's registry plus the backend's text). Thread-safe.
+  std::string MetricsText();
 
   class Impl;  // implementation detail (http_server.cc)
 

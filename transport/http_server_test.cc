@@ -1,6 +1,11 @@
 #include "transport/http_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -81,6 +86,42 @@ std::vector<json> SseMessages(const std::string& body) {
   }
   return out;
 }
+
+// A route authorizer that lets every request through (routes that do their own checks).
+RouteAuthorizer Open() {
+  return [](const HttpRequest&) { return std::optional<HttpRefusal>(); };
+}
+
+// Sends `head` (request line and headers, no body) on a fresh connection and returns all the
+// server sends until it closes. `closed` tells whether it did (a 10 s receive timeout keeps a
+// bug from hanging the test). Nothing of the announced body is ever sent.
+std::string SendHeadersOnly(uint16_t port, const std::string& head, bool* closed = nullptr) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size())) {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) {
+        out.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (closed) *closed = n == 0 || errno == ECONNRESET;
+      break;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+std::string MetricsBody(HttpServer& server) { return server.MetricsText(); }
 
 template <typename Pred>
 bool WaitFor(Pred pred, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
@@ -181,7 +222,7 @@ TEST_F(HttpServerTest, HealthReadinessAndMetrics) {
   EXPECT_EQ(ready["checks"]["builder"]["ok"], false);
 
   std::string session = Initialize(c);
-  r = c.Send(http::verb::get, "/metrics");
+  r = c.Send(http::verb::get, "/metrics", "", {{"Authorization", "Bearer op-token"}});
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.Header("content-type").find("text/plain"), std::string::npos);
   EXPECT_NE(r.body.find("kiln_mcp_requests_total{method=\"initialize\",status=\"200\"} 1\n"),
@@ -370,7 +411,7 @@ TEST_F(HttpServerTest, ClientDisconnectMidCallDoesNotCancelOrCrash) {
   ASSERT_TRUE(WaitFor([&] { return backend_->finished().size() == 1; }));
   EXPECT_TRUE(backend_->cancelled().empty());
   Client after(server_->port());
-  Response m = after.Send(http::verb::get, "/metrics");
+  Response m = after.Send(http::verb::get, "/metrics", "", {{"Authorization", "Bearer op-token"}});
   EXPECT_NE(m.body.find("kiln_mcp_inflight_calls 0\n"), std::string::npos) << m.body;
   EXPECT_EQ(Mcp(after, {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, session).status, 200);
 }
@@ -378,21 +419,24 @@ TEST_F(HttpServerTest, ClientDisconnectMidCallDoesNotCancelOrCrash) {
 TEST_F(HttpServerTest, CustomRoutesCanStreamFromOtherThreads) {
   std::thread worker;
   StartServer({}, {}, [&](HttpServer& s) {
-    s.AddRoute("GET", "/v1/", [&](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
-      std::string path = req.path;
-      worker = std::thread([out, path] {
-        out->StartStream(200, "text/plain");
-        out->Write("hello ");
-        out->Write(path);
-        out->Finish();
-      });
-    });
+    s.AddRoute(
+        "GET", "/v1/",
+        [&](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
+          std::string path = req.path;
+          worker = std::thread([out, path] {
+            out->StartStream(200, "text/plain");
+            out->Write("hello ");
+            out->Write(path);
+            out->Finish();
+          });
+        },
+        0, Open());
     s.AddRoute(
         "POST", "/git/",
         [](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
           out->Reply(200, "text/plain", std::to_string(req.body.size()));
         },
-        /*max_body_bytes=*/8 << 20);
+        /*max_body_bytes=*/8 << 20, Open());
   });
   Client c(server_->port());
   Response r = c.Send(http::verb::get, "/v1/status");
@@ -451,7 +495,8 @@ TEST_F(HttpServerTest, OperatorApiAuthRoutesAndForwards) {
   });
   Client c(server_->port());
   EXPECT_EQ(c.Send(http::verb::get, "/v1/domains/demo").status, 401);
-  auto r = c.Send(http::verb::get, "/v1/domains/demo", "", {{"Authorization", "Bearer demo-token"}});
+  auto r =
+      c.Send(http::verb::get, "/v1/domains/demo", "", {{"Authorization", "Bearer demo-token"}});
   EXPECT_EQ(r.status, 403);
   EXPECT_EQ(r.body.find("demo-token"), std::string::npos);
   std::map<std::string, std::string> op = {{"Authorization", "Bearer op-token"}};
@@ -471,6 +516,269 @@ TEST_F(HttpServerTest, OperatorApiAuthRoutesAndForwards) {
   EXPECT_EQ(calls[0].arguments, json({{"candidate", "c1"}}));
   EXPECT_EQ(calls[1].domain, "other");
   EXPECT_EQ(calls[1].tool, "domain_status");
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP transport caps (issue 15)
+
+TEST_F(HttpServerTest, UnauthenticatedBodiesAreRefusedFromTheHeadersAlone) {
+  std::atomic<int> reached{0};
+  StartServer({}, {}, [&](HttpServer& s) {
+    // A route without an authorizer needs a valid bearer token before its body.
+    s.AddRoute(
+        "POST", "/v1/",
+        [&](const HttpRequest&, std::shared_ptr<HttpResponder> out) {
+          ++reached;
+          out->Reply(200, "text/plain", "ok");
+        },
+        64 << 20);
+  });
+  const std::string huge = "Content-Length: 104857600\r\n";  // 100 MiB that never come
+  struct Case {
+    std::string head;
+    int status;
+  };
+  std::vector<Case> cases = {
+      {"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + huge +
+           "\r\n",
+       401},
+      {"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n", 401},
+      {"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong\r\n" + huge + "\r\n",
+       401},
+      {"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer op-token\r\n" + huge +
+           "\r\n",
+       403},
+      {"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n" + huge + "\r\n", 401},
+      {"POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n" + huge + "\r\n", 401},
+      {"POST /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer demo-token\r\n" + huge +
+           "\r\n",
+       404},
+      {"POST /mcp HTTP/1.1\r\nHost: evil.example.com\r\n" + huge + "\r\n", 403},
+  };
+  for (const Case& c : cases) {
+    bool closed = false;
+    std::string answer = SendHeadersOnly(server_->port(), c.head, &closed);
+    // The answer came although not one body byte was sent, and the connection was closed.
+    EXPECT_EQ(answer.rfind("HTTP/1.1 " + std::to_string(c.status) + " ", 0), 0u)
+        << c.head << "\n->\n"
+        << answer;
+    EXPECT_TRUE(closed) << c.head;
+    EXPECT_NE(answer.find("Connection: close\r\n"), std::string::npos) << answer;
+    EXPECT_EQ(answer.find("100 Continue"), std::string::npos) << answer;
+    if (c.status == 401) {
+      EXPECT_NE(answer.find("WWW-Authenticate: Bearer"), std::string::npos) << answer;
+    }
+  }
+  EXPECT_EQ(reached.load(), 0);
+  EXPECT_EQ(backend_->calls().size(), 0u);
+  EXPECT_GE(server_->metrics().Value("kiln_http_refusals_total", {{"reason", "unauthenticated"}}),
+            5);
+
+  // With a valid token, 100-continue is answered and the body is then read.
+  bool closed = false;
+  std::string answer =
+      SendHeadersOnly(server_->port(),
+                      "POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer op-token\r\n"
+                      "Expect: 100-continue\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
+                      &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 ", 0), 0u) << answer;
+  EXPECT_EQ(reached.load(), 1);
+}
+
+TEST_F(HttpServerTest, ConnectionsOverTheCapGetA503) {
+  HttpServerOptions options;
+  options.max_connections = 2;
+  StartServer({}, options);
+  auto a = std::make_unique<Client>(server_->port());
+  Client b(server_->port());
+  EXPECT_EQ(a->Send(http::verb::get, "/healthz").status, 200);
+  EXPECT_EQ(b.Send(http::verb::get, "/healthz").status, 200);
+  bool closed = false;
+  std::string answer =
+      SendHeadersOnly(server_->port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 503 ", 0), 0u) << answer;
+  EXPECT_NE(answer.find("server.max_connections"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(server_->metrics().Value("kiln_http_refusals_total", {{"reason", "connections"}}), 1);
+  EXPECT_EQ(b.Send(http::verb::get, "/healthz").status, 200);  // the open ones still work
+  // One connection freed: a new one is served.
+  a.reset();
+  ASSERT_TRUE(WaitFor([&] {
+    return SendHeadersOnly(server_->port(),
+                           "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+               .rfind("HTTP/1.1 200 ", 0) == 0;
+  }));
+}
+
+TEST(AcceptBackoffTest, DoublesFrom50msTo1sAndResets) {
+  AcceptBackoff b;
+  std::vector<long> seen;
+  for (int i = 0; i < 7; ++i) seen.push_back(static_cast<long>(b.Next().count()));
+  EXPECT_EQ(seen, (std::vector<long>{50, 100, 200, 400, 800, 1000, 1000}));
+  b.Reset();
+  EXPECT_EQ(b.Next().count(), 50);
+  EXPECT_TRUE(IsAcceptResourceError(EMFILE));
+  EXPECT_TRUE(IsAcceptResourceError(ENFILE));
+  EXPECT_TRUE(IsAcceptResourceError(ENOBUFS));
+  EXPECT_FALSE(IsAcceptResourceError(ECONNABORTED));
+}
+
+TEST_F(HttpServerTest, AcceptErrorsBackOffInsteadOfSpinning) {
+  std::atomic<bool> failing{true};
+  std::atomic<int> attempts{0};
+  HttpServerOptions options;
+  options.accept_fault = [&] {
+    ++attempts;
+    return failing.load() ? EMFILE : 0;
+  };
+  StartServer({}, options);
+  // A spinning accept loop would try hundreds of thousands of times in this while.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  failing = false;
+  int during = attempts.load();
+  EXPECT_GE(during, 2);
+  EXPECT_LE(during, 8);  // 50 + 100 + 200 ms of backoff fit in 400 ms: about 4 attempts
+  // Once descriptors are back, connections are accepted again (after the current backoff).
+  Client c(server_->port());
+  EXPECT_EQ(c.Send(http::verb::get, "/healthz").status, 200);
+  EXPECT_GE(server_->metrics().Value("kiln_http_accept_errors_total", {{"error", "EMFILE"}}),
+            during - 1);
+}
+
+TEST_F(HttpServerTest, SlowHeadersAndIdleKeepAliveConnectionsTimeOut) {
+  HttpServerOptions options;
+  options.header_timeout = std::chrono::seconds(1);
+  options.idle_timeout = std::chrono::seconds(1);
+  StartServer({}, options);
+  // Slowloris: headers that never end. The server closes without answering.
+  bool closed = false;
+  std::string answer =
+      SendHeadersOnly(server_->port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n", &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(answer, "");
+  EXPECT_TRUE(WaitFor([&] {
+    return server_->metrics().Value("kiln_http_refusals_total", {{"reason", "header_timeout"}}) ==
+           1;
+  }));
+  // An idle keep-alive connection is closed after its request was served.
+  closed = false;
+  answer =
+      SendHeadersOnly(server_->port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 ", 0), 0u) << answer;
+  EXPECT_TRUE(closed);
+  // (beast closes the socket before the handler that counts runs)
+  EXPECT_TRUE(WaitFor([&] {
+    return server_->metrics().Value("kiln_http_refusals_total", {{"reason", "idle_timeout"}}) == 1;
+  }));
+}
+
+TEST_F(HttpServerTest, OneDomainFillingItsSessionCapDoesNotAffectAnother) {
+  HttpServerOptions options;
+  options.max_sessions = 8;
+  options.max_sessions_per_domain = 3;
+  StartServer({}, options);
+  Client c(server_->port());
+  std::vector<std::string> demo;
+  for (int i = 0; i < 20; ++i) demo.push_back(Initialize(c));  // all 200: own LRU evicted
+  Client o(server_->port());
+  std::string other = Initialize(o, "other-token");
+  json ping = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}};
+  EXPECT_EQ(Mcp(o, ping, other, "other-token").status, 200);
+  EXPECT_EQ(Mcp(c, ping, demo.back()).status, 200);
+  EXPECT_EQ(Mcp(c, ping, demo.front()).status, 404);  // evicted
+  EXPECT_GE(server_->metrics().Value("kiln_mcp_sessions_evicted_total"), 17);
+}
+
+TEST_F(HttpServerTest, ASlowReaderBlocksTheProducerAndLosesItsConnection) {
+  std::atomic<size_t> produced{0};
+  std::atomic<bool> gave_up{false};
+  std::thread worker;
+  HttpServerOptions options;
+  options.max_queued_output_bytes = 256 << 10;
+  options.write_timeout = std::chrono::seconds(2);
+  StartServer({}, options, [&](HttpServer& s) {
+    s.AddRoute(
+        "GET", "/v1/",
+        [&](const HttpRequest&, std::shared_ptr<HttpResponder> out) {
+          worker = std::thread([&, out] {
+            out->StartStream(200, "application/octet-stream");
+            const std::string chunk(64 << 10, 'x');
+            // Up to 1 GiB unless the connection pushes back.
+            while (produced < (size_t{1} << 30)) {
+              if (!out->WaitWritable(std::chrono::steady_clock::now() + std::chrono::seconds(5))) {
+                gave_up = true;
+                break;
+              }
+              out->Write(chunk);
+              produced += chunk.size();
+            }
+            out->Abort();
+          });
+        },
+        0, Open());
+  });
+  // A client that asks and then reads nothing.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 64 << 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(server_->port());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  std::string req = "GET /v1/big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  ASSERT_TRUE(WaitFor([&] { return gave_up.load(); }, std::chrono::milliseconds(30000)));
+  worker.join();
+  // What left the producer is bounded by the queue plus the kernel's socket buffers.
+  EXPECT_LT(produced.load(), size_t{64} << 20) << produced.load();
+  EXPECT_TRUE(WaitFor([&] {
+    return server_->metrics().Value("kiln_http_refusals_total", {{"reason", "write_timeout"}}) == 1;
+  }));
+  ::close(fd);
+}
+
+TEST_F(HttpServerTest, MetricsNeedTheOperatorTokenOnTheMainPortAndNothingNamesADomain) {
+  StartServer();
+  Client c(server_->port());
+  Initialize(c);
+  Response r = c.Send(http::verb::get, "/metrics");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.Header("www-authenticate").rfind("Bearer", 0), 0u);
+  Client c2(server_->port());
+  r = c2.Send(http::verb::get, "/metrics", "", {{"Authorization", "Bearer demo-token"}});
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("server.metrics_listen"), std::string::npos);
+  Client c3(server_->port());
+  r = c3.Send(http::verb::get, "/metrics", "", {{"Authorization", "Bearer op-token"}});
+  EXPECT_EQ(r.status, 200);
+  // The agents' port: health, readiness and error bodies name no domain.
+  for (const char* path : {"/healthz", "/readyz", "/nope", "/git/other.git/info/refs"}) {
+    Client k(server_->port());
+    Response e = k.Send(http::verb::get, path, "", {{"Authorization", "Bearer demo-token"}});
+    EXPECT_EQ(e.body.find("other"), std::string::npos) << path << ": " << e.body;
+    EXPECT_EQ(e.body.find("demo"), std::string::npos) << path << ": " << e.body;
+  }
+
+  // The operator's metrics listener: no token, the main server's series, nothing else.
+  HttpServerOptions mo;
+  mo.listen = "127.0.0.1:0";
+  mo.metrics_only = true;
+  HttpServer* main = server_.get();
+  mo.metrics_text = [main] { return MetricsBody(*main); };
+  HttpServer metrics(config_, *backend_, mo);
+  ASSERT_TRUE(metrics.Start().ok());
+  Client m(metrics.port());
+  r = m.Send(http::verb::get, "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("kiln_mcp_sessions 1\n"), std::string::npos) << r.body;
+  EXPECT_EQ(m.Send(http::verb::get, "/healthz").status, 200);
+  Client m2(metrics.port());
+  EXPECT_EQ(m2.Send(http::verb::post, "/mcp", "{}", McpHeaders()).status, 404);
+  Client m3(metrics.port());
+  EXPECT_EQ(m3.Send(http::verb::get, "/readyz").status, 404);
+  metrics.Stop();
 }
 
 }  // namespace

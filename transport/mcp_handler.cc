@@ -362,7 +362,33 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (sessions_.size() >= options_.max_sessions) EvictIdleLocked();
+    // Per-domain cap: make room from the caller's own sessions only (least recently used one
+    // without a call in flight); never from another domain's.
+    if (options_.max_sessions_per_domain > 0 &&
+        DomainSessionsLocked(request.domain) >= options_.max_sessions_per_domain) {
+      auto lru = sessions_.end();
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        const Session& s = it->second;
+        if (s.domain != request.domain || !s.inflight.empty()) continue;
+        if (lru == sessions_.end() || s.last_used < lru->second.last_used) lru = it;
+      }
+      if (lru == sessions_.end()) {
+        d.refused_by = "sessions_per_domain";
+        d.reply = JsonReply(
+            503, JsonRpcError(id, rpc::kServerError,
+                              "too many sessions for this domain (server.max_sessions_per_domain "
+                              "= " +
+                                  std::to_string(options_.max_sessions_per_domain) +
+                                  ") and every one has a call in flight; end unused sessions "
+                                  "with DELETE or wait for a call to finish"));
+        d.reply.headers.push_back({"Retry-After", "10"});
+        return d;
+      }
+      sessions_.erase(lru);
+      ++d.evicted_sessions;
+    }
     if (sessions_.size() >= options_.max_sessions) {
+      d.refused_by = "sessions";
       d.reply = JsonReply(
           503, JsonRpcError(id, rpc::kServerError,
                             "too many sessions (limit " + std::to_string(options_.max_sessions) +
@@ -575,6 +601,17 @@ size_t McpHandler::EvictIdleLocked() {
 size_t McpHandler::SessionCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   return sessions_.size();
+}
+
+size_t McpHandler::SessionCount(const std::string& domain) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DomainSessionsLocked(domain);
+}
+
+size_t McpHandler::DomainSessionsLocked(const std::string& domain) const {
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s.domain == domain ? 1 : 0;
+  return n;
 }
 
 size_t McpHandler::InflightCalls() const {

@@ -11,6 +11,10 @@
 //   - MCP-Protocol-Version header: unsupported -> 400; missing -> the version negotiated by the
 //     session (the spec's "other way to identify the version"), which decides whether JSON
 //     arrays (batches, allowed only in 2025-03-26) are accepted;
+//   - session caps: max_sessions (global; idle sessions past the idle timeout are dropped
+//     first, then 503) and max_sessions_per_domain (the domain's own least recently used
+//     session without a call in flight is evicted, else 503): one domain cannot fill the
+//     table for the others;
 //   - missing MCP-Session-Id on a non-initialize request -> 400; unknown, ended, evicted or
 //     another domain's session -> 404;
 //   - DELETE ends a session (204); calls still running keep running and finish normally;
@@ -119,6 +123,11 @@ struct McpDecision {
   std::vector<uint64_t> cancel;
   /// Method label for metrics ("initialize", "tools/call", "batch", "invalid", ...).
   std::string metric_method;
+  /// HTTP transport caps: the limit that refused this request ("sessions" for the global cap,
+  /// "sessions_per_domain"), empty when none did; and how many of the caller's own idle
+  /// sessions were evicted to make room.
+  std::string refused_by;
+  size_t evicted_sessions = 0;
 };
 
 class McpHandler {
@@ -130,6 +139,10 @@ class McpHandler {
     std::string server_version = "0.1.0";
     std::string instructions;
     size_t max_sessions = 1000;
+    /// Sessions one domain may hold (0: no per-domain cap). A domain at its cap loses its
+    /// least recently used session without a call in flight; when every one of its sessions
+    /// has a call in flight, its initialize is refused (503). Other domains are never touched.
+    size_t max_sessions_per_domain = 64;
     size_t max_calls_per_session = 16;
     std::chrono::seconds session_idle_timeout{3600};
     int max_json_depth = 64;
@@ -161,6 +174,8 @@ class McpHandler {
   size_t EvictIdle();
 
   size_t SessionCount() const;
+  /// Sessions held by `domain`.
+  size_t SessionCount(const std::string& domain) const;
   size_t InflightCalls() const;
 
   /// The log level a session set, if any (nullopt also for unknown sessions).
@@ -196,6 +211,7 @@ class McpHandler {
                           const nlohmann::json& params);
   void HandleCancelled(Session& session, const nlohmann::json& params, McpDecision& decision);
   size_t EvictIdleLocked();
+  size_t DomainSessionsLocked(const std::string& domain) const;
 
   const Options options_;
   const ToolCatalog catalog_;

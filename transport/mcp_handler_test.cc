@@ -535,6 +535,75 @@ TEST_F(McpHandlerTest, MaxSessionsEvictsIdleFirst) {
   EXPECT_EQ(Send({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "ping"}}, busy).reply.status, 200);
 }
 
+// HTTP transport caps: a domain at its own cap loses its least recently used idle session;
+// another domain's sessions and initialize are untouched.
+TEST(McpHandlerDomainCapTest, ADomainAtItsCapEvictsItsOwnLruIdleSessionOnly) {
+  std::chrono::steady_clock::time_point now{};
+  int ids = 0;
+  McpHandler::Options o;
+  o.max_sessions = 100;
+  o.max_sessions_per_domain = 2;
+  o.clock = [&] { return now; };
+  o.new_session_id = [&] { return "s" + std::to_string(++ids); };
+  McpHandler h(o);
+  auto init = [&](const std::string& domain) {
+    McpRequest r;
+    r.http_method = "POST";
+    r.domain = domain;
+    r.accept = "application/json, text/event-stream";
+    r.content_type = "application/json";
+    r.body =
+        R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}})";
+    now += std::chrono::seconds(1);
+    return h.Handle(r);
+  };
+  auto post = [&](const std::string& session, const std::string& domain, const std::string& body) {
+    McpRequest r;
+    r.http_method = "POST";
+    r.domain = domain;
+    r.accept = "application/json, text/event-stream";
+    r.content_type = "application/json";
+    r.session_id = session;
+    r.body = body;
+    now += std::chrono::seconds(1);
+    return h.Handle(r);
+  };
+  const std::string ping = R"({"jsonrpc":"2.0","id":7,"method":"ping"})";
+  std::string b1 = init("b").session_id;
+  std::string a1 = init("a").session_id;
+  std::string a2 = init("a").session_id;
+  ASSERT_EQ(post(a1, "a", ping).reply.status, 200);  // a2 is now a's least recently used
+  McpDecision d = init("a");
+  EXPECT_EQ(d.reply.status, 200);
+  EXPECT_EQ(d.evicted_sessions, 1u);
+  EXPECT_EQ(post(a2, "a", ping).reply.status, 404);  // evicted
+  EXPECT_EQ(post(a1, "a", ping).reply.status, 200);
+  EXPECT_EQ(h.SessionCount("a"), 2u);
+  // Domain a hammering initialize never touches b.
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(init("a").reply.status, 200);
+  EXPECT_EQ(h.SessionCount("a"), 2u);
+  EXPECT_EQ(post(b1, "b", ping).reply.status, 200);
+  EXPECT_EQ(init("b").reply.status, 200);
+  EXPECT_EQ(h.SessionCount("b"), 2u);
+
+  // Every session of a with a call in flight: a's initialize is refused, naming the limit.
+  std::string a3 = init("a").session_id;
+  std::string a4 = init("a").session_id;
+  for (const std::string& s : {a3, a4}) {
+    d = post(
+        s, "a",
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_candidates"}})");
+    ASSERT_EQ(d.calls.size(), 1u);
+  }
+  d = init("a");
+  EXPECT_EQ(d.reply.status, 503);
+  EXPECT_EQ(d.refused_by, "sessions_per_domain");
+  EXPECT_NE(json::parse(d.reply.body)["error"]["message"].get<std::string>().find(
+                "server.max_sessions_per_domain"),
+            std::string::npos);
+  EXPECT_EQ(init("b").reply.status, 200);  // b still gets in
+}
+
 TEST(ToolResultJsonTest, TextBlockCarriesTheSameJson) {
   json r = ToolResultJson({{{"build_id", "b1"}, {"status", "failed"}}, true});
   EXPECT_EQ(r["isError"], true);

@@ -362,7 +362,7 @@ test("HTTP endpoints and their error answers", T, async () => {
   assert.equal((await httpText("/healthz")).status, 200);
   const ready = await httpText("/readyz");
   assert.ok([200, 503].includes(ready.status), ready.body);
-  const m = await httpText("/metrics");
+  const m = await httpText("/metrics", { headers: { Authorization: `Bearer ${operatorToken}` } });
   assert.equal(m.status, 200);
   const mcpPost = (token, body = { jsonrpc: "2.0", id: 1, method: "ping" }) => httpText("/mcp", { method: "POST",
     headers: { ...(token ? { Authorization: `Bearer ${token}` } : {}), "Content-Type": "application/json", Accept: "application/json, text/event-stream" },
@@ -556,7 +556,7 @@ test("no secret appears in anything kiln emitted", T, async () => {
     }
   }
   assert.equal(owner.size, buildIds.size, "every build's log was read");
-  await httpText("/metrics");
+  await httpText("/metrics", { headers: { Authorization: `Bearer ${operatorToken}` } });
   await httpText("/readyz");
   for (const d of domains) await httpText(`/v1/domains/${d}`, { headers: { Authorization: `Bearer ${operatorToken}` } });
   // The images kiln pushed: manifest, config and the uncompressed layers.
