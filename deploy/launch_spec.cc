@@ -186,7 +186,9 @@ SandboxUser ProgramIds(const LaunchSpec& spec, const SandboxUser& fallback) {
 
 std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::string& rootfs,
                                           int info_fd, const LocalSandboxOptions& opts) {
-  const std::string staged = opts.stage_dir + "/root";
+  // Named after the root's directory, so `ps` tells the candidates apart.
+  const std::string staged =
+      opts.stage_dir + "/" + rootfs.substr(rootfs.find_last_of('/') + 1);
   std::vector<std::string> a = {"bwrap",
                                 "--unshare-all",
                                 "--unshare-user",
