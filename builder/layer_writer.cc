@@ -1,7 +1,5 @@
 #include "builder/layer_writer.h"
 
-#include "common/names.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -10,17 +8,18 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
 
+#include "common/names.h"
 #include "common/sha256.h"
 
 namespace kiln {
@@ -43,7 +42,6 @@ struct Node {
 using NodeMap = std::map<std::string, Node>;
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
 
 Status CheckFrom(std::string from, std::string* cleaned) {
   if (from.size() > 1 && from.back() == '/') from.pop_back();
@@ -251,8 +249,8 @@ std::string Padding(uint64_t size) {
   return rem == 0 ? std::string() : std::string(kBlock - rem, '\0');
 }
 
-Status WriteHeader(TarBuffer* tar, const std::string& name, char type, unsigned mode,
-                   uint64_t size, const std::string& linkname) {
+Status WriteHeader(TarBuffer* tar, const std::string& name, char type, unsigned mode, uint64_t size,
+                   const std::string& linkname) {
   if (name.size() > 100 || linkname.size() > 100) {
     std::string records;
     if (name.size() > 100) records += PaxRecord("path", name);
@@ -419,8 +417,8 @@ Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>&
   return Status::Ok();
 }
 
-Status CompressLayer(std::string_view tar, const std::string& diff_id,
-                     const CompressOptions& opts, LayerBlob* out) {
+Status CompressLayer(std::string_view tar, const std::string& diff_id, const CompressOptions& opts,
+                     LayerBlob* out) {
   if (opts.level < 0 || opts.level > 9) {
     return Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(opts.level));
   }
@@ -547,7 +545,8 @@ struct GzipLayerWriter::Job {
 GzipLayerWriter::GzipLayerWriter(const CompressOptions& opts, ByteSink* out)
     : opts_(opts), out_(out) {
   if (opts_.level < 0 || opts_.level > 9) {
-    status_ = Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(opts_.level));
+    status_ =
+        Status::InvalidArgument("gzip level must be 0..9, got " + std::to_string(opts_.level));
   } else if (opts_.chunk_bytes < 64 * 1024 || opts_.chunk_bytes > (size_t{1} << 30)) {
     status_ = Status::InvalidArgument("chunk size must be 64 KiB..1 GiB");
   }
@@ -608,7 +607,8 @@ Status GzipLayerWriter::Dispatch(bool last) {
   cur_.clear();
   Job* raw = job.get();
   const int level = opts_.level;
-  job->worker = std::thread([raw, level, last] { DeflateChunk(raw->buf, level, last, &raw->chunk); });
+  job->worker =
+      std::thread([raw, level, last] { DeflateChunk(raw->buf, level, last, &raw->chunk); });
   inflight_.push_back(std::move(job));
   Account();
   while (inflight_.size() >= static_cast<size_t>(opts_.threads) || (last && !inflight_.empty())) {
@@ -627,7 +627,8 @@ Status GzipLayerWriter::DrainFront() {
   const std::string& o = job->chunk.out;
   sha_.Update(o.data(), o.size());
   out_bytes_ += o.size();
-  crc_ = crc32_combine(crc_, job->chunk.crc, static_cast<z_off_t>(job->chunk.end - job->chunk.begin));
+  crc_ =
+      crc32_combine(crc_, job->chunk.crc, static_cast<z_off_t>(job->chunk.end - job->chunk.begin));
   return out_->Write(o.data(), o.size());
 }
 

@@ -118,8 +118,8 @@ Status PackLayerTar(const std::string& workspace, const std::vector<LayerEntry>&
 /// Compresses `tar` (whose sha256 is `diff_id`, copied into out->diff_id) into one gzip member
 /// with the fixed header, in parallel. InvalidArgument for a bad level or chunk size, Internal
 /// for zlib failures. `out` is only written on success.
-Status CompressLayer(std::string_view tar, const std::string& diff_id,
-                     const CompressOptions& opts, LayerBlob* out);
+Status CompressLayer(std::string_view tar, const std::string& diff_id, const CompressOptions& opts,
+                     LayerBlob* out);
 
 /// PackLayerTar + CompressLayer (default threads and chunk size), gzip `gzip_level` (0..9).
 /// Returns InvalidArgument for a hostile or malformed path (absolute or `..` `from`, a `from`

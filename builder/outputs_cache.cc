@@ -54,7 +54,8 @@ class FdSink : public ByteSink {
     while (done < n) {
       ssize_t w = ::write(fd_, data + done, n - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return Status::Internal(std::string("cannot write layer blob: ") + std::strerror(errno));
+      if (w <= 0)
+        return Status::Internal(std::string("cannot write layer blob: ") + std::strerror(errno));
       done += static_cast<size_t>(w);
     }
     return Status::Ok();
@@ -88,7 +89,9 @@ constexpr size_t kHeaderBytes = sizeof(kMagic) - 1 + 71 + 1;  // magic, digest, 
 Status WriteTempBlob(const std::string& dir, const std::string& diff_id,
                      const BlobProducer& produce, LayerBlob* out) {
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Internal("cannot create a temporary layer file: " + std::string(std::strerror(errno)));
+  if (fd < 0)
+    return Status::Internal("cannot create a temporary layer file: " +
+                            std::string(std::strerror(errno)));
   auto file = std::make_shared<BlobFile>(fd, 0, 0);  // closes fd on every path
   FdSink sink(fd);
   LayerBlob blob;
@@ -144,7 +147,8 @@ Status OutputsCache::Store(const LayerBlob& blob) {
   if (ec) return Status::Internal("cannot create " + dir_ + ": " + ec.message());
   fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, ec);
   static std::atomic<unsigned> seq{0};
-  const std::string tmp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq++);
+  const std::string tmp =
+      dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
   std::string head = std::string(kMagic) + blob.digest + "\n";
@@ -155,8 +159,10 @@ Status OutputsCache::Store(const LayerBlob& blob) {
     while (ok && done < part->size()) {
       ssize_t w = ::write(fd, part->data() + done, part->size() - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) ok = false;
-      else done += static_cast<size_t>(w);
+      if (w <= 0)
+        ok = false;
+      else
+        done += static_cast<size_t>(w);
     }
   }
   ok = (::close(fd) == 0) && ok;
@@ -213,7 +219,8 @@ Status OutputsCache::StoreStream(const std::string& diff_id, const BlobProducer&
     fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, ec);
   }
   static std::atomic<unsigned> seq{0};
-  const std::string tmp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-s" + std::to_string(seq++);
+  const std::string tmp =
+      dir_ + "/.tmp-" + std::to_string(::getpid()) + "-s" + std::to_string(seq++);
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
   auto owner = std::make_shared<BlobFile>(fd, 0, 0);  // closes fd on every path
@@ -274,7 +281,8 @@ void OutputsCache::EvictLocked() {
     if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (it->path().extension() != kSuffix) {
       // A temporary file older than an hour was left by a crash.
-      if (it->path().filename().string().rfind(".tmp-", 0) == 0 && st.st_mtime + 3600 < ::time(nullptr))
+      if (it->path().filename().string().rfind(".tmp-", 0) == 0 &&
+          st.st_mtime + 3600 < ::time(nullptr))
         ::unlink(p.c_str());
       continue;
     }

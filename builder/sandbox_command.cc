@@ -10,7 +10,6 @@ namespace {
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-
 bool ValidEnvName(const std::string& n) {
   if (n.empty()) return false;
   for (size_t i = 0; i < n.size(); ++i) {
@@ -83,8 +82,12 @@ std::vector<std::string> PrlimitArgv(const SandboxLimits& limits) {
 }
 
 std::vector<std::string> SetprivArgv(const SandboxUser& user) {
-  return {"setpriv",        "--reuid=" + std::to_string(user.uid),
-          "--regid=" + std::to_string(user.gid), "--clear-groups", "--no-new-privs", "--"};
+  return {"setpriv",
+          "--reuid=" + std::to_string(user.uid),
+          "--regid=" + std::to_string(user.gid),
+          "--clear-groups",
+          "--no-new-privs",
+          "--"};
 }
 
 Status LookupSandboxUser(const std::string& name, SandboxUser* out) {
@@ -133,12 +136,13 @@ std::vector<std::string> BwrapArgv(const SandboxSpec& spec) {
   std::string setup;  // the private mount namespace's script
   auto q = ShellQuoteArg;
   if (spec.user) {
-    setup = "set -eu\n"
-            "fail() { echo \"kiln: the build sandbox could not be set up\" >&2; exit 125; }\n"
-            "trap fail EXIT\n"
-            "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " + q(stage) + "\n" +
-            "mkdir " + q(stage + "/w") + " " + q(stage + "/c") + "\n" +
-            "mount --bind " + q(spec.workspace) + " " + q(stage + "/w") + "\n";
+    setup =
+        "set -eu\n"
+        "fail() { echo \"kiln: the build sandbox could not be set up\" >&2; exit 125; }\n"
+        "trap fail EXIT\n"
+        "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " +
+        q(stage) + "\n" + "mkdir " + q(stage + "/w") + " " + q(stage + "/c") + "\n" +
+        "mount --bind " + q(spec.workspace) + " " + q(stage + "/w") + "\n";
   }
   a.insert(a.end(), {"--bind", spec.user ? stage + "/w" : spec.workspace, kSandboxWorkspace});
   std::map<std::string, std::string> env = spec.env;

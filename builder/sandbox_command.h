@@ -1,9 +1,10 @@
 // Sandbox command: builds the bubblewrap (bwrap) argv that runs a domain's compile command in a
 // candidate's workspace with nothing else of the host visible: all namespaces unshared (user,
-// PID, IPC, UTS, cgroup, and network unless asked; nested user namespaces disabled), a tmpfs root holding only the read-only toolchain binds, /proc, a
-// minimal /dev, a private size-bounded /tmp, the workspace read-write at /workspace and the domain's named
-// caches read-write at /cache/<ENV_VAR>; a cleared environment; all capabilities dropped; the
-// sandbox dies with its parent.
+// PID, IPC, UTS, cgroup, and network unless asked; nested user namespaces disabled), a tmpfs root
+// holding only the read-only toolchain binds, /proc, a minimal /dev, a private size-bounded /tmp,
+// the workspace read-write at /workspace and the domain's named caches read-write at
+// /cache/<ENV_VAR>; a cleared environment; all capabilities dropped; the sandbox dies with its
+// parent.
 //
 // With `user` set (kiln runs as root), bwrap itself runs as that unprivileged host user, never
 // as root: the argv starts `unshare --mount` (a private mount namespace, still root) whose

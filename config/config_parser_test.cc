@@ -1094,6 +1094,69 @@ TEST_F(ConfigParserTest, DomainMaxParallelBuildsRejectsBadValues) {
       << problems[0].reason;
 }
 // --- end per-domain build slots ---
+// ---- Issue 15: sandbox limits ----
+
+TEST_F(ConfigParserTest, SandboxLimitsDefaultsAndValues) {
+  Config c;
+  auto problems = Parse(Valid(), &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  const BuildConfig& d = c.domains.at("epp").build;
+  EXPECT_EQ(d.limits.max_processes, 512);
+  EXPECT_EQ(d.limits.max_memory_mb, 4096);
+  LocalDeploy ld;
+  EXPECT_EQ(ld.user, "kiln-build");
+  EXPECT_EQ(ld.max_rootfs_mb, 2048);
+  EXPECT_EQ(ld.max_file_mb, 8192);
+  EXPECT_EQ(ld.limits.max_processes, 512);
+
+  json j = Valid();
+  j["domains"]["ranker"]["build"]["limits"] = {{"max_processes", 64}, {"max_memory_mb", 1024}};
+  j["domains"]["ranker"]["deploy"] = {
+      {"type", "local"},
+      {"local",
+       {{"port", 9100},
+        {"user", "svc-1"},
+        {"max_rootfs_mb", 100},
+        {"max_file_mb", 10},
+        {"limits", {{"max_processes", 32}, {"max_memory_mb", 256}}}}}};
+  problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  const BuildConfig& b = c.domains.at("ranker").build;
+  EXPECT_EQ(b.limits.max_processes, 64);
+  EXPECT_EQ(b.limits.max_memory_mb, 1024);
+  const LocalDeploy& l = *c.domains.at("ranker").deploy.local;
+  EXPECT_EQ(l.user, "svc-1");
+  EXPECT_EQ(l.max_rootfs_mb, 100);
+  EXPECT_EQ(l.max_file_mb, 10);
+  EXPECT_EQ(l.limits.max_processes, 32);
+  EXPECT_EQ(l.limits.max_memory_mb, 256);
+}
+
+TEST_F(ConfigParserTest, SandboxLimitsAreValidated) {
+  auto build = [&](json limits, const std::string& path) {
+    json j = Valid();
+    j["domains"]["ranker"]["build"]["limits"] = limits;
+    auto problems = Parse(j);
+    ASSERT_EQ(problems.size(), 1u) << Describe(problems);
+    EXPECT_EQ(problems[0].path, path);
+  };
+  build({{"max_processes", 0}}, "domains.ranker.build.limits.max_processes");
+  build({{"max_memory_mb", 8}}, "domains.ranker.build.limits.max_memory_mb");
+  build({{"max_memory_mb", "4096"}}, "domains.ranker.build.limits.max_memory_mb");
+  build({{"max_threads", 4}}, "domains.ranker.build.limits.max_threads");
+  auto local = [&](const char* key, json value, const std::string& path) {
+    json j = Valid();
+    j["domains"]["ranker"]["deploy"] = {{"type", "local"}, {"local", {{"port", 9100}, {key, value}}}};
+    auto problems = Parse(j);
+    ASSERT_EQ(problems.size(), 1u) << key << ": " << Describe(problems);
+    EXPECT_EQ(problems[0].path, path);
+  };
+  local("user", "root", "domains.ranker.deploy.local.user");
+  local("user", "a b", "domains.ranker.deploy.local.user");
+  local("max_rootfs_mb", 0, "domains.ranker.deploy.local.max_rootfs_mb");
+  local("max_file_mb", -1, "domains.ranker.deploy.local.max_file_mb");
+  local("limits", {{"max_processes", 0}}, "domains.ranker.deploy.local.limits.max_processes");
+}
 
 }  // namespace
 }  // namespace kiln

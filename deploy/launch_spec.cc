@@ -186,29 +186,15 @@ SandboxUser ProgramIds(const LaunchSpec& spec, const SandboxUser& fallback) {
 
 std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::string& rootfs,
                                           int info_fd, const LocalSandboxOptions& opts) {
-  const std::string staged = opts.stage_dir + "/root";
-  std::vector<std::string> a = {"bwrap",
-                                "--unshare-all",
-                                "--unshare-user",
+  // Named after the root's directory, so `ps` tells the candidates apart.
+  const std::string staged = opts.stage_dir + "/" + rootfs.substr(rootfs.find_last_of('/') + 1);
+  std::vector<std::string> a = {"bwrap", "--unshare-all", "--unshare-user",
                                 // no nested user namespaces: they would give the program
                                 // capabilities over namespaces it creates.
-                                "--disable-userns",
-                                "--die-with-parent",
-                                "--new-session",
-                                "--cap-drop",
-                                "ALL",
-                                "--bind",
-                                opts.host_user ? staged : rootfs,
-                                "/",
-                                "--proc",
-                                "/proc",
-                                "--dev",
-                                "/dev",
-                                "--tmpfs",
-                                "/tmp",
-                                "--hostname",
-                                "candidate",
-                                "--clearenv"};
+                                "--disable-userns", "--die-with-parent", "--new-session",
+                                "--cap-drop", "ALL", "--bind", opts.host_user ? staged : rootfs,
+                                "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                                "--hostname", "candidate", "--clearenv"};
   for (const auto& [k, v] : spec.env) {
     a.insert(a.end(), {"--setenv", k, v});
   }
@@ -223,11 +209,11 @@ std::vector<std::string> LocalSandboxArgv(const LaunchSpec& spec, const std::str
         "set -eu\n"
         "fail() { echo \"kiln: the candidate sandbox could not be set up\" >&2; exit 125; }\n"
         "trap fail EXIT\n"
-        "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " + q(opts.stage_dir) +
-        "\nmkdir " + q(staged) + "\nmount --bind " + q(rootfs) + " " + q(staged) +
-        "\ntrap - EXIT\nexec \"$@\"\n";
-    out = {"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup,
-           "kiln-sandbox"};
+        "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " +
+        q(opts.stage_dir) + "\nmkdir " + q(staged) + "\nmount --bind " + q(rootfs) + " " +
+        q(staged) + "\ntrap - EXIT\nexec \"$@\"\n";
+    out = {"unshare", "--mount", "--propagation", "private",
+           "/bin/sh", "-c",      setup,           "kiln-sandbox"};
   }
   std::vector<std::string> lim = PrlimitArgv(opts.limits);
   out.insert(out.end(), lim.begin(), lim.end());

@@ -8,9 +8,9 @@
 //     /proc, a minimal /dev, a private /tmp, no capabilities, a new session, dies with kiln,
 //     no nested user namespaces (--disable-userns). Issue 15: under RLIMITs, and (kiln being
 //     root) with bwrap itself run as an unprivileged host user: `unshare --mount` stages the
-//     root below a fresh tmpfs at `stage_dir` (the state directory is not reachable by that
-//     user), then `prlimit ... setpriv --reuid --regid --clear-groups bwrap ...`. The program's
-//     uid inside is the image's numeric non-zero User, else the host user's; never 0.
+//     root at `stage_dir`/<root's directory name> on a fresh tmpfs (the state directory is not
+//     reachable by that user), then `prlimit ... setpriv --reuid --regid --clear-groups bwrap ...`.
+//     The program's uid inside is the image's numeric non-zero User, else the host user's; never 0.
 #pragma once
 
 #include <map>

@@ -163,9 +163,9 @@ TEST(LocalSandboxArgv, RunsUnprivilegedWithLimits) {
   // No User in the image: the host user's ids, not root.
   EXPECT_TRUE(has({"--uid", "999", "--gid", "995"}));
   // bwrap binds the staged root, never the host path below the state directory.
-  EXPECT_TRUE(has({"--bind", "/run/kiln-deploy/root", "/"}));
+  EXPECT_TRUE(has({"--bind", "/run/kiln-deploy/1", "/"}));
   EXPECT_FALSE(has({"--bind", "/state/rootfs/1", "/"}));
-  EXPECT_NE(a[at("-c") + 1].find("mount --bind '/state/rootfs/1' '/run/kiln-deploy/root'"),
+  EXPECT_NE(a[at("-c") + 1].find("mount --bind '/state/rootfs/1' '/run/kiln-deploy/1'"),
             std::string::npos);
   EXPECT_EQ(a.back(), "/bin/app");
 

@@ -3,6 +3,9 @@
 // pushed with RegistryClient, bubblewrap sandboxes and the host-port forwarder (19101-19110).
 #include "deploy/local_deployer.h"
 
+#include "builder/sandbox_command.h"
+#include "deploy/launch_spec.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -235,7 +238,9 @@ class Registry : public ::testing::Environment {
               "/www/status;"
               " $B ls /sys/class/net > /www/net 2>&1; $B ip -o link > /www/links 2>&1; $B ps -o "
               "pid,args > /www/ps;"
-              " $B hostname > /www/hostname; exec $B httpd -f -p 127.0.0.1:$PORT -h /www"},
+              " $B hostname > /www/hostname; $B id -u > /www/uid;"
+              " if $B unshare -U $B true 2>/dev/null; then echo yes; else echo no; fi > /www/userns;"
+              " exec $B httpd -f -p 127.0.0.1:$PORT -h /www"},
              "probe");
   }
 };
@@ -244,12 +249,12 @@ class LocalDeployerTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(Registry::ready) << "registry/images set-up failed"; }
 
-  std::unique_ptr<LocalDeployer> Make(int port, LocalDeployerOptions opts = {}) {
+  std::unique_ptr<LocalDeployer> Make(int port, LocalDeployerOptions opts = {},
+                                      LocalDeploy cfg = {}) {
     work_ = Registry::dir + "/work-" + std::to_string(port);
     if (opts.start_timeout == std::chrono::milliseconds(30000)) opts.start_timeout = 10s;
     opts.stop_grace = 2s;
     opts.poll_interval = 50ms;
-    LocalDeploy cfg;
     cfg.port = port;
     cfg.health_path = "/healthz";
     return std::make_unique<LocalDeployer>(
@@ -280,6 +285,12 @@ class LocalDeployerTest : public ::testing::Test {
     return img;
   }
 
+  // What the candidates' bwrap argv names: their staged root (kiln as root, Issue 15) or the
+  // root under work_ itself.
+  std::string RootsNeedle() const {
+    return ::geteuid() == 0 ? std::string(kLocalSandboxStageDir) + "/" : work_ + "/rootfs/";
+  }
+
   std::string work_;
   int n_ = 0;
 };
@@ -299,7 +310,7 @@ TEST_F(LocalDeployerTest, RollsOutReplacesAndIsIdempotent) {
   uint64_t ns_a = PidNamespaceOf(d->serving_pid());
   ASSERT_NE(ns_a, 0u);
   EXPECT_FALSE(ProcessesInPidNamespace(ns_a).empty());
-  auto rootfs_a = ProcessesMentioning(work_ + "/rootfs/");
+  auto rootfs_a = ProcessesMentioning(RootsNeedle());
   ASSERT_EQ(rootfs_a.size(), 2u);  // bwrap and the sandbox's init
 
   r = Deploy(d.get(), Registry::images.b);
@@ -345,7 +356,7 @@ TEST_F(LocalDeployerTest, CrashingCandidateFailsWithItsOutputAndOldKeepsServing)
   EXPECT_EQ(Serving(d.get()), Registry::images.b);
   EXPECT_EQ(d->serving_pid(), pid_b);
   // Only B's sandbox is left.
-  auto procs = ProcessesMentioning(work_ + "/rootfs/");
+  auto procs = ProcessesMentioning(RootsNeedle());
   EXPECT_EQ(procs.size(), 2u) << Dump(procs);
 }
 
@@ -362,8 +373,8 @@ TEST_F(LocalDeployerTest, NeverHealthyTimesOutAndOldKeepsServing) {
   EXPECT_LT(r.elapsed_ms, 10000);
   EXPECT_EQ(HttpGet(19103, "/version").second, "B");
   EXPECT_EQ(Serving(d.get()), Registry::images.b);
-  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u)
-      << Dump(ProcessesMentioning(work_ + "/rootfs/"));
+  EXPECT_EQ(ProcessesMentioning(RootsNeedle()).size(), 2u)
+      << Dump(ProcessesMentioning(RootsNeedle()));
 }
 
 TEST_F(LocalDeployerTest, CancelStopsTheNewCandidateAndKeepsTheOld) {
@@ -381,8 +392,8 @@ TEST_F(LocalDeployerTest, CancelStopsTheNewCandidateAndKeepsTheOld) {
   EXPECT_EQ(r.reason, "Cancelled");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_EQ(HttpGet(19104, "/version").second, "B");
-  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u)
-      << Dump(ProcessesMentioning(work_ + "/rootfs/"));
+  EXPECT_EQ(ProcessesMentioning(RootsNeedle()).size(), 2u)
+      << Dump(ProcessesMentioning(RootsNeedle()));
 }
 
 TEST_F(LocalDeployerTest, HostileLayerStaysInsideTheRoot) {
@@ -431,6 +442,33 @@ TEST_F(LocalDeployerTest, SandboxSeesNothingOfTheHost) {
   std::string ps = HttpGet(19106, "/ps").second;
   EXPECT_LE(std::count(ps.begin(), ps.end(), '\n'), 5) << ps;  // its own PID namespace
   EXPECT_EQ(HttpGet(19106, "/hostname").second, "candidate\n");
+  // Issue 15: not root inside (the image has no User: the deploy user's uid), no nested user
+  // namespace, and on the host the sandbox runs as the unprivileged deploy user.
+  std::string uid = HttpGet(19106, "/uid").second;
+  EXPECT_NE(uid, "0\n");
+  EXPECT_FALSE(uid.empty());
+  EXPECT_EQ(HttpGet(19106, "/userns").second, "no\n");
+  if (::geteuid() == 0) {
+    SandboxUser u;
+    ASSERT_TRUE(LookupSandboxUser("kiln-build", &u).ok());
+    EXPECT_EQ(uid, std::to_string(u.uid) + "\n");
+    std::string host = ReadFile("/proc/" + std::to_string(d->serving_pid()) + "/status");
+    EXPECT_NE(host.find("\nUid:\t" + std::to_string(u.uid) + "\t"), std::string::npos) << host;
+  }
+}
+
+TEST_F(LocalDeployerTest, RootfsLargerThanTheBoundFailsCleanly) {
+  LocalDeploy cfg;
+  cfg.max_rootfs_mb = 1;  // busybox alone is larger
+  auto d = Make(19111, {}, cfg);
+  DeployResult r = Deploy(d.get(), Registry::images.a);
+  EXPECT_EQ(r.state, DeployState::kFailed);
+  EXPECT_EQ(r.reason, "ImageFetchFailed");
+  EXPECT_NE(r.message.find("deploy.local.max_rootfs_mb (1 MiB)"), std::string::npos) << r.message;
+  EXPECT_EQ(r.message.find(work_), std::string::npos) << "no host path: " << r.message;
+  EXPECT_EQ(Serving(d.get()), "");
+  // Nothing half-written is left.
+  EXPECT_TRUE(!fs::exists(work_ + "/rootfs") || fs::is_empty(work_ + "/rootfs"));
 }
 
 TEST_F(LocalDeployerTest, ShutdownLeavesNoProcessAndClosesThePort) {
@@ -438,12 +476,12 @@ TEST_F(LocalDeployerTest, ShutdownLeavesNoProcessAndClosesThePort) {
   ASSERT_EQ(Deploy(d.get(), Registry::images.a).state, DeployState::kRolledOut);
   uint64_t ns = PidNamespaceOf(d->serving_pid());
   ASSERT_NE(ns, 0u);
-  auto procs = ProcessesMentioning(work_ + "/rootfs/");
+  auto procs = ProcessesMentioning(RootsNeedle());
   ASSERT_EQ(procs.size(), 2u);
   d->Shutdown();
   EXPECT_TRUE(ProcessesInPidNamespace(ns).empty());
   for (const auto& [pid, cmd] : procs) EXPECT_TRUE(IsZombie(pid)) << cmd;
-  EXPECT_TRUE(ProcessesMentioning(work_ + "/rootfs/").empty());
+  EXPECT_TRUE(ProcessesMentioning(RootsNeedle()).empty());
   EXPECT_EQ(HttpGet(19107, "/version").first, 0);  // nothing listens any more
   EXPECT_EQ(Serving(d.get()), "");
   d->Shutdown();  // idempotent
@@ -451,7 +489,7 @@ TEST_F(LocalDeployerTest, ShutdownLeavesNoProcessAndClosesThePort) {
   EXPECT_EQ(r.state, DeployState::kFailed);
   EXPECT_EQ(r.reason, "Unavailable");
   d.reset();
-  EXPECT_TRUE(ProcessesMentioning(work_ + "/rootfs/").empty());
+  EXPECT_TRUE(ProcessesMentioning(RootsNeedle()).empty());
 }
 
 TEST_F(LocalDeployerTest, DestructorStopsEverything) {
@@ -462,7 +500,7 @@ TEST_F(LocalDeployerTest, DestructorStopsEverything) {
     ns = PidNamespaceOf(d->serving_pid());
   }
   EXPECT_TRUE(ProcessesInPidNamespace(ns).empty());
-  EXPECT_TRUE(ProcessesMentioning(work_ + "/rootfs/").empty());
+  EXPECT_TRUE(ProcessesMentioning(RootsNeedle()).empty());
 }
 
 TEST_F(LocalDeployerTest, StubbornCandidateIsKilledAfterTheGrace) {
@@ -477,8 +515,8 @@ TEST_F(LocalDeployerTest, StubbornCandidateIsKilledAfterTheGrace) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s);  // waited the grace (Make: 2 s)
   EXPECT_TRUE(ProcessesInPidNamespace(ns).empty());
   EXPECT_EQ(HttpGet(19111, "/version").second, "A");
-  EXPECT_EQ(ProcessesMentioning(work_ + "/rootfs/").size(), 2u)
-      << Dump(ProcessesMentioning(work_ + "/rootfs/"));
+  EXPECT_EQ(ProcessesMentioning(RootsNeedle()).size(), 2u)
+      << Dump(ProcessesMentioning(RootsNeedle()));
 }
 
 TEST_F(LocalDeployerTest, NoRequestFailsDuringTheSwitch) {
@@ -518,7 +556,7 @@ TEST_F(LocalDeployerTest, BusyPortIsAClearError) {
   EXPECT_EQ(r.state, DeployState::kFailed);
   EXPECT_EQ(r.reason, "Unavailable");
   EXPECT_NE(r.message.find("127.0.0.1:19109"), std::string::npos) << r.message;
-  EXPECT_TRUE(ProcessesMentioning(work_ + "/rootfs/").empty());
+  EXPECT_TRUE(ProcessesMentioning(RootsNeedle()).empty());
   close(fd);
 }
 
