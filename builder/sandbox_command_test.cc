@@ -366,7 +366,11 @@ TEST(SandboxCommandTest, ForkingPastMaxProcessesFails) {
   ProcessResult r = RunSandboxed(spec);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("all-forked"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("fork"), std::string::npos) << r.output;
+  // The shell's fork fails, or (when other processes of the build user already count against
+  // the per-user limit, e.g. a concurrent test) bwrap's own clone does: the limit holds either way.
+  EXPECT_TRUE(r.output.find("fork") != std::string::npos ||
+              r.output.find("Resource temporarily unavailable") != std::string::npos)
+      << r.output;
 }
 
 TEST(SandboxCommandTest, AllocatingPastMaxMemoryFails) {
