@@ -717,6 +717,10 @@ void HttpServer::Impl::DoAccept() {
                               return;
                             if (ec) return OnAcceptError(ec);
                             accept_backoff_.Reset();
+                            // Answers go out as they are written (SSE events, small replies):
+                            // no Nagle delay waiting for the client's delayed ACK (~40 ms).
+                            boost::system::error_code nd;
+                            socket.set_option(tcp::no_delay(true), nd);
                             std::shared_ptr<Connection> c;
                             {
                               std::lock_guard<std::mutex> lock(conns_mu_);

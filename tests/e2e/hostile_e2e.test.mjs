@@ -16,6 +16,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import crypto from "node:crypto";
+import { Worker } from "node:worker_threads";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { sh } from "./agent_git.mjs";
@@ -68,28 +69,22 @@ async function call(client, name, args, opts = {}) {
   return { ...r.structuredContent, isError: r.isError };
 }
 
-// Runs `attack()` while good's agent polls candidate_status; every poll must answer.
+// Runs `attack()` while good's agent polls candidate_status from a worker thread (its own event
+// loop: the attacks' synchronous git calls do not delay it); every poll must answer.
 async function during(label, attack, { candidate = "base" } = {}) {
-  const client = await connect("good", `good-during-${label}`);
-  const lat = [];
-  let stop = false, failure = null;
-  const poller = (async () => {
-    while (!stop) {
-      const t0 = performance.now();
-      try {
-        const r = await client.callTool({ name: "candidate_status", arguments: { candidate } }, undefined, { timeout: 10_000 });
-        if (r.isError) throw new Error(`candidate_status failed: ${JSON.stringify(r)}`);
-        lat.push(performance.now() - t0);
-      } catch (e) { failure ??= e; }
-      await sleep(5);
-    }
-  })();
+  const w = new Worker(path.join(here, "status_poller.mjs"), { workerData: { url: `${URL_}/mcp`, token: tokens.good, candidate } });
+  const messages = [];
+  let wake = null;
+  w.on("message", (m) => { messages.push(m); if (wake) wake(); });
+  w.on("error", (e) => { messages.push({ failure: String(e), latencies: [] }); if (wake) wake(); });
+  const next = async () => { while (!messages.length) await new Promise((r) => { wake = r; }); return messages.shift(); };
+  const ready = await next();
+  assert.ok(ready.ready, `status poller started: ${JSON.stringify(ready)}`);
+  await sleep(100);  // a few calls before the attack: the baseline
   let out;
-  try { out = await attack(); } finally {
-    stop = true;
-    await poller;
-    await client.close();
-  }
+  try { out = await attack(); } finally { w.postMessage("stop"); }
+  const { latencies: lat, failure } = await next();
+  await w.terminate();
   assert.equal(failure, null, `good's status calls failed during ${label}: ${failure}`);
   assert.ok(lat.length > 0, `good's status calls answered during ${label}`);
   lat.sort((a, b) => a - b);
