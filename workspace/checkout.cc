@@ -1,5 +1,7 @@
 #include "workspace/checkout.h"
 
+#include "common/safe_remove.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
@@ -145,11 +147,15 @@ class WorkspaceGit {
 
 Status EmptyDirectory(const std::string& dir) {
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    fs::remove_all(it->path(), ec);  // removes symlinks themselves, never their targets
-    if (ec) break;
-  }
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
   if (ec) return Status::Internal("cannot empty workspace " + dir + ": " + ec.message());
+  // The build user may write the workspace (layered builds): never follow what it planted.
+  for (const std::string& name : names) {
+    Status st = RemoveTreeBeneath(dir, name);
+    if (!st.ok()) return Status::Internal("cannot empty workspace " + dir + ": " + st.message());
+  }
   return Status::Ok();
 }
 
