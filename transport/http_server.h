@@ -73,10 +73,13 @@ struct HttpServerOptions {
   // --- end HTTP transport caps ---
   std::string version = "0.1.0";
   std::string instructions =
-      "kiln builds container images of your code. Push your work with git to the kiln remote "
-      "(branch = candidate name), then call build_candidate. Long builds: pass wait=false and "
-      "poll candidate_status. A failed build returns isError=true with compiler diagnostics; "
-      "read more with build_log.";
+      "kiln builds and deploys container images of your code. 1. Commit and push your work "
+      "with git to kiln, your git remote: git push <kiln>/git/<domain>.git "
+      "HEAD:refs/heads/<candidate> (Authorization: Bearer <your token> as an http.extraHeader). "
+      "2. Call build_candidate with that candidate (long builds: wait=false, then poll "
+      "candidate_status). A failed build returns isError=true with error, error_kind, "
+      "next_step and compiler diagnostics; read more with build_log. 3. Call deploy_candidate "
+      "to roll the built image out; a failed deploy says why (error_kind, reason, message).";
   ToolCatalog::Options catalog;
 };
 
