@@ -133,7 +133,7 @@ before(async () => {
   sh("curl", ["-sf", "--cacert", path.join(dir, "ca.crt"), "-X", "POST", "-H", "Content-Type: application/json",
     "--data", JSON.stringify({ deployments: [deployment("web", 2), deployment("pf", 1)] }),
     `https://127.0.0.1:${K8S_PORT}/_fake/state`]);
-  fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(dir, K8S_PORT, k8sToken));
+  fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(dir, K8S_PORT, k8sToken), { mode: 0o600 });
 
   const domain = (token, repo, deploy) => ({
     token_sha256: [sha(token)],

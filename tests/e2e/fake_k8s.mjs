@@ -21,6 +21,8 @@ export function writeFakeApiFiles(dir, tokens, caName = "kiln-test-ca") {
   o("x509", "-req", "-in", "api.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "api.crt", "-days", "2", "-extfile", "san.ext");
   const entries = Object.fromEntries(tokens.map((t) => [t, { user: "system:serviceaccount:loop:kiln", allow: KILN_ROLE }]));
   fs.writeFileSync(path.join(dir, "tokens.json"), JSON.stringify({ tokens: entries }));
+  // Key files beside a kubeconfig are credentials to kiln's check-config: owner-only.
+  for (const k of ["ca.key", "api.key"]) fs.chmodSync(path.join(dir, k), 0o600);
 }
 
 /// A kubeconfig (namespace "loop") for the fake API server on 127.0.0.1:<port> with the CA of

@@ -733,7 +733,7 @@ test("Kubernetes API down or failing during a rollout: the deploy fails naming t
   fs.mkdirSync(k8sDir);
   // A test CA, the API server's certificate, kiln's service account (the Role of k8s/manifests).
   writeFakeApiFiles(k8sDir, [k8sToken], "kiln-faults-ca");
-  fs.writeFileSync(path.join(k8sDir, "kubeconfig"), kubeconfig(k8sDir, K8S_PORT, k8sToken));
+  fs.writeFileSync(path.join(k8sDir, "kubeconfig"), kubeconfig(k8sDir, K8S_PORT, k8sToken), { mode: 0o600 });
   await fakeUp(`127.0.0.1:${REG_PORT}/seed/app@sha256:${"1".repeat(64)}`);
   const k = new Kiln("k8s", 18734, {
     scheduler: { max_parallel_builds: 2 },
