@@ -8,7 +8,7 @@
 //      builds that hang, domain "ok" still builds at once; /metrics shows the per-domain slots.
 //
 //   tests/e2e/run_e2e.sh build/app/kiln utf8_e2e.test.mjs
-// Ports: registry 5195, kiln 18795. ~2 min.
+// Ports: registry 5195, kiln 18795 (metrics 18796). ~2 min.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -95,7 +95,7 @@ before(async () => {
     image: { registry: "local", repository: `utf8/${d}` },
   });
   fs.writeFileSync(path.join(dir, "kiln.json"), JSON.stringify({
-    server: { listen: `127.0.0.1:${PORT}`, state_dir: path.join(dir, "state") },
+    server: { listen: `127.0.0.1:${PORT}`, metrics_listen: `127.0.0.1:${PORT + 1}`, state_dir: path.join(dir, "state") },
     scheduler: { max_parallel_builds: 2 },  // three domains: each may hold 1 slot by default
     registries: { local: { url: `http://127.0.0.1:${REG_PORT}`, auth_file: path.join(regDir, "auth.json") } },
     domains: { bytes: domain("bytes"), hog: domain("hog"), ok: domain("ok") },
@@ -185,7 +185,7 @@ test("one domain's hung builds do not hold every build slot", long, async (t) =>
   // Domain ok builds at once, beside the hung build.
   const b = await call(ok, "build_candidate", { candidate: "c1" });
   assert.equal(b.status, "succeeded", JSON.stringify(b).slice(0, 2000));
-  const metrics = await (await fetch(`http://127.0.0.1:${PORT}/metrics`)).text();
+  const metrics = await (await fetch(`http://127.0.0.1:${PORT + 1}/metrics`)).text();  // the metrics listener
   assert.match(metrics, /kiln_domain_builds_running\{domain="hog"\} 1\n/);
   assert.match(metrics, /kiln_domain_build_slots\{domain="hog"\} 1\n/);
   assert.match(metrics, /kiln_queue_depth\{domain="hog"\} 1\n/);
