@@ -212,7 +212,10 @@ function subtree(ps, roots) {
 async function strayProcesses({ allowDeployed }) {
   const ps = await processes();
   const self = process.pid;
-  const isDeploy = (p) => p.args.includes(`${STATE}/domains/`) && p.args.includes("/deploy/rootfs/");
+  // A deployed candidate: its rootfs under the state directory, or staged below /run/kiln-deploy
+  // (the local sandbox runs it as an unprivileged user from there).
+  const isDeploy = (p) => (p.args.includes(`${STATE}/domains/`) && p.args.includes("/deploy/rootfs/")) ||
+    p.args.includes("/run/kiln-deploy/");
   const deployPids = new Set(ps.filter(isDeploy).map((p) => p.pid));
   const deployRoots = ps.filter((p) => isDeploy(p) && !deployPids.has(p.ppid)).map((p) => p.pid);
   const deployed = allowDeployed ? subtree(ps, deployRoots) : new Set();
