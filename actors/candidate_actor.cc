@@ -26,6 +26,7 @@
 #include "actors/key_store.h"
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
+#include "common/file_util.h"
 #include "state/state_store.h"
 #include "actors/tool_views.h"
 #include "builder/build_key.h"
@@ -355,10 +356,11 @@ void Execute(Self* self, const BuildId& id) {
       CheckoutStats cs;
       // Shared lock on the domain's repo.lock: repository upkeep (git gc, run by the git
       // endpoint under the exclusive lock) never runs during a checkout.
-      int lock_fd = ::open((env->domain_dir + "/repo.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-      if (lock_fd >= 0) ::flock(lock_fd, LOCK_SH);
-      Status st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
-      if (lock_fd >= 0) ::close(lock_fd);
+      Status st;
+      {
+        FileLock shared(env->domain_dir + "/repo.lock", LOCK_SH);
+        st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
+      }
       if (!st.ok()) {
         d.phase = "checkout";
         // A tree over the domain's push limits (workspace/tree_limits.h) is the agent's to fix;

@@ -1,11 +1,10 @@
 #include "builder/process_runner.h"
 
+#include "common/subprocess.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -14,8 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-extern char** environ;
 
 namespace kiln {
 namespace {
@@ -29,58 +26,7 @@ constexpr milliseconds kExitPollPeriod{20};  // only without pidfd
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxReadsPerWakeup = 16;
 
-// Owns one file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// Why the child failed before or at execve, sent over a CLOEXEC pipe (EOF means exec worked).
-struct ExecReport {
-  int stage;  // kStageChdir, kStageExec, kStageSetup
-  int err;
-};
-constexpr int kStageChdir = 1;
-constexpr int kStageExec = 2;
-constexpr int kStageSetup = 3;
-
-std::string ErrnoText(int err) {
-  char buf[128];
-  // GNU strerror_r returns a pointer that may or may not be buf.
-  return std::string(::strerror_r(err, buf, sizeof(buf)));
-}
-
-bool SetNonBlocking(int fd) {
-  int flags = ::fcntl(fd, F_GETFL);
-  return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
-}
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
 std::string SearchPath(const ProcessSpec& spec) {
-  const std::string& name = spec.argv[0];
-  if (name.find('/') != std::string::npos) return name;
   std::string path_var;
   bool have_path = false;
   if (spec.env) {
@@ -91,94 +37,12 @@ std::string SearchPath(const ProcessSpec& spec) {
     const char* p = ::getenv("PATH");
     path_var = p ? p : "/usr/local/bin:/usr/bin:/bin";
   }
-  size_t start = 0;
-  while (start <= path_var.size()) {
-    size_t colon = path_var.find(':', start);
-    if (colon == std::string::npos) colon = path_var.size();
-    std::string dir = path_var.substr(start, colon - start);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
-    if (IsExecutableFile(candidate)) return candidate;
-    start = colon + 1;
-  }
-  return "";
+  return FindExecutable(spec.argv[0], path_var);
 }
 
-void CloseFrom(int first, int last) {
-  if (first > last) return;
-#ifdef SYS_close_range
-  if (::syscall(SYS_close_range, static_cast<unsigned>(first), static_cast<unsigned>(last), 0) == 0)
-    return;
-#endif
-  struct rlimit rl;
-  int limit = 65536;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      rl.rlim_cur < static_cast<rlim_t>(limit))
-    limit = static_cast<int>(rl.rlim_cur);
-  for (int fd = first; fd <= last && fd < limit; ++fd) ::close(fd);
-}
-
-[[noreturn]] void ChildFail(int report_fd, int stage, int err) {
-  ExecReport r{stage, err};
-  ssize_t ignored = ::write(report_fd, &r, sizeof(r));
-  (void)ignored;
-  ::_exit(127);
-}
-
-// Runs in the forked child: only async-signal-safe calls, no allocation.
-[[noreturn]] void ChildExec(const char* path, char* const* argv, char* const* envp, const char* cwd,
-                            int stdin_fd, int out_fd, int report_fd, pid_t parent) {
-  ::setpgid(0, 0);
-  // When kiln dies (even by SIGKILL) the child dies with it rather than building or pushing on
-  // unsupervised beside the restarted kiln. The signal follows the forking thread, which is
-  // the thread blocked in Run() until the child is reaped. The parent may already be gone.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = SIG_DFL;
-  sigemptyset(&sa.sa_mask);
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &sa, nullptr);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-
-  // Move every descriptor we need above 2 first, so dup2 onto 0/1/2 cannot clobber one.
-  int rep = ::fcntl(report_fd, F_DUPFD_CLOEXEC, 3);
-  if (rep < 0) ::_exit(127);
-  int in = ::fcntl(stdin_fd, F_DUPFD_CLOEXEC, 3);
-  int out = ::fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
-  if (in < 0 || out < 0) ChildFail(rep, kStageSetup, errno);
-  if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
-    ChildFail(rep, kStageSetup, errno);
-  CloseFrom(3, rep - 1);
-  CloseFrom(rep + 1, 0x7fffffff);
-  if (cwd != nullptr && ::chdir(cwd) != 0) ChildFail(rep, kStageChdir, errno);
-  ::execve(path, argv, envp);
-  ChildFail(rep, kStageExec, errno);
-}
-
-int DecodeWaitStatus(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
-Status StartError(const ProcessSpec& spec, const ExecReport& r) {
-  const std::string& name = spec.argv[0];
-  if (r.stage == kStageChdir) {
-    std::string m = "cannot enter working directory " + spec.cwd + ": " + ErrnoText(r.err);
-    return r.err == ENOENT || r.err == ENOTDIR ? Status::NotFound(m) : Status::PermissionDenied(m);
-  }
-  if (r.stage == kStageExec) {
-    if (r.err == ENOENT) return Status::NotFound(name + ": command not found");
-    if (r.err == EACCES || r.err == EPERM)
-      return Status::PermissionDenied(name + ": " + ErrnoText(r.err));
-    return Status::Internal(name + ": exec failed: " + ErrnoText(r.err));
-  }
-  return Status::Internal(name + ": child setup failed: " + ErrnoText(r.err));
+bool SetNonBlocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
 // Blocks SIGPIPE in the calling thread while alive, so writing to a closed stdin pipe returns
@@ -441,74 +305,47 @@ ProcessResult PosixProcessRunner::Run(const ProcessSpec& spec,
     return finish(Status::Cancelled("cancelled before start"));
   }
 
-  // Everything the child needs is built here: the child must not allocate.
   std::string path = SearchPath(spec);
   if (path.empty()) {
     result.exit_code = 127;
     return finish(Status::NotFound(spec.argv[0] + ": command not found"));
   }
-  std::vector<char*> argv;
-  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  std::vector<char*> envp;
+  SpawnSpec child;
+  child.path = path;
+  child.argv = spec.argv;
   if (spec.env) {
+    child.env.emplace();
     for (const auto& [k, v] : *spec.env) {
       if (k.empty() || k.find('=') != std::string::npos)
         return finish(Status::InvalidArgument("bad environment variable name"));
-      env_strings.push_back(k + "=" + v);
+      child.env->push_back(k + "=" + v);
     }
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
   }
-  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  child.cwd = spec.cwd;
 
   ScopedSigpipeBlock sigpipe_block;
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return finish(Status::Internal("pipe: " + ErrnoText(errno)));
   UniqueFd out_r(p[0]), out_w(p[1]);
-  if (::pipe2(p, O_CLOEXEC) != 0) return finish(Status::Internal("pipe: " + ErrnoText(errno)));
-  UniqueFd report_r(p[0]), report_w(p[1]);
   UniqueFd in_r, in_w;
   if (spec.stdin_data) {
     if (::pipe2(p, O_CLOEXEC) != 0) return finish(Status::Internal("pipe: " + ErrnoText(errno)));
     in_r.Reset(p[0]);
     in_w.Reset(p[1]);
     SetNonBlocking(in_w.get());
-  } else {
-    in_r.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!in_r.valid()) return finish(Status::Internal("open /dev/null: " + ErrnoText(errno)));
   }
   SetNonBlocking(out_r.get());
+  if (in_r.valid()) child.fds.push_back({in_r.get(), 0});
+  child.fds.push_back({out_w.get(), 1});
+  child.fds.push_back({out_w.get(), 2});
 
-  char* const* child_envp = spec.env ? envp.data() : environ;
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return finish(Status::Internal("fork: " + ErrnoText(errno)));
-  if (pid == 0) {
-    ChildExec(path.c_str(), argv.data(), child_envp, cwd, in_r.get(), out_w.get(), report_w.get(),
-              parent);
-  }
-  ::setpgid(pid, pid);  // also done by the child; whichever runs first wins the race
+  pid_t pid = -1;
+  Status started = Spawn(child, &pid);
   in_r.Reset();
   out_w.Reset();
-  report_w.Reset();
-
-  ExecReport report{0, 0};
-  size_t got = 0;
-  while (got < sizeof(report)) {
-    ssize_t n =
-        ::read(report_r.get(), reinterpret_cast<char*>(&report) + got, sizeof(report) - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got == sizeof(report)) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+  if (!started.ok()) {
     result.exit_code = 127;
-    return finish(StartError(spec, report));
+    return finish(started);
   }
 
   ChildSupervisor supervisor(pid, spec, on_output, cancel, out_r.Release(), in_w.Release(), start);

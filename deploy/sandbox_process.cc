@@ -1,5 +1,7 @@
 #include "deploy/sandbox_process.h"
 
+#include "common/subprocess.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,32 +27,6 @@ std::string ResolveBinary(const std::string& name) {
     if (access(p.c_str(), X_OK) == 0) return p;
   }
   return "/usr/bin/" + name;
-}
-
-// Runs in the forked child: only async-signal-safe calls.
-[[noreturn]] void ExecChild(const char* path, char* const* argv, int out_w, int info_w,
-                            int info_fd) {
-  setpgid(0, 0);
-  sigset_t all;
-  sigemptyset(&all);
-  sigprocmask(SIG_SETMASK, &all, nullptr);
-  for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
-  int devnull = open("/dev/null", O_RDONLY);
-  if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(out_w, 2) < 0) _exit(127);
-  if (info_w == info_fd) {
-    fcntl(info_fd, F_SETFD, 0);
-  } else if (dup2(info_w, info_fd) < 0) {
-    _exit(127);
-  }
-  for (int fd = 3; fd < info_fd; ++fd) close(fd);
-  if (syscall(SYS_close_range, static_cast<unsigned>(info_fd + 1), ~0U, 0) != 0) {
-    for (int fd = info_fd + 1; fd < 4096; ++fd) close(fd);
-  }
-  char* const envp[] = {nullptr};
-  execve(path, argv, envp);
-  static const char msg[] = "kiln: cannot execute the sandbox (bwrap)\n";
-  (void)!write(2, msg, sizeof(msg) - 1);
-  _exit(127);
 }
 
 }  // namespace
@@ -108,19 +84,22 @@ Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, 
     return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   }
   std::string path = ResolveBinary(argv[0]);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-
-  pid_t pid = fork();
-  if (pid == 0) ExecChild(path.c_str(), cargv.data(), outp[1], infop[1], info_fd);
-  int fork_errno = errno;
+  SpawnSpec spec;
+  spec.path = path;
+  spec.argv = argv;
+  spec.env = std::vector<std::string>{};  // nothing of kiln's environment
+  spec.fds = {{outp[1], 1}, {outp[1], 2}, {infop[1], info_fd}};
+  // bwrap's own --die-with-parent ties the sandbox to bwrap; whether a deployed candidate
+  // outlives kiln is the local deployer's decision, not this spawn's.
+  spec.die_with_parent = false;
+  pid_t pid = -1;
+  Status spawned = Spawn(spec, &pid);
   close(outp[1]);
   close(infop[1]);
-  if (pid < 0) {
+  if (!spawned.ok()) {
     close(outp[0]);
     close(infop[0]);
-    return Status::Internal(std::string("fork: ") + std::strerror(fork_errno));
+    return Status::Internal("cannot start the sandbox (bwrap): " + spawned.message());
   }
   std::unique_ptr<SandboxProcess> p(new SandboxProcess());
   p->bwrap_pid_ = pid;

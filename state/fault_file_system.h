@@ -49,7 +49,7 @@ class FaultFileSystem : public FileSystem {
     return base_->ListDir(dir, names);
   }
   Status CreateDirs(const std::string& dir) override { return base_->CreateDirs(dir); }
-  Status Lock(const std::string& path, std::unique_ptr<FileLock>* out) override {
+  Status Lock(const std::string& path, std::unique_ptr<LockHandle>* out) override {
     return base_->Lock(path, out);
   }
 

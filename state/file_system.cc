@@ -54,10 +54,10 @@ class PosixWritableFile : public WritableFile {
   int fd_;
 };
 
-class PosixFileLock : public FileLock {
+class PosixLockHandle : public LockHandle {
  public:
-  explicit PosixFileLock(int fd) : fd_(fd) {}
-  ~PosixFileLock() override { ::close(fd_); }  // closing releases the flock
+  explicit PosixLockHandle(int fd) : fd_(fd) {}
+  ~PosixLockHandle() override { ::close(fd_); }  // closing releases the flock
 
  private:
   int fd_;
@@ -137,7 +137,7 @@ class PosixFileSystem : public FileSystem {
     return Status::Ok();
   }
 
-  Status Lock(const std::string& path, std::unique_ptr<FileLock>* out) override {
+  Status Lock(const std::string& path, std::unique_ptr<LockHandle>* out) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return ErrnoStatus("open", path, errno);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -149,7 +149,7 @@ class PosixFileSystem : public FileSystem {
       }
       return ErrnoStatus("flock", path, err);
     }
-    *out = std::make_unique<PosixFileLock>(fd);
+    *out = std::make_unique<PosixLockHandle>(fd);
     return Status::Ok();
   }
 

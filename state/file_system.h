@@ -6,7 +6,7 @@
 // messages name the operation, the path and strerror.
 //
 // Ownership: a WritableFile owns its descriptor (closed by Close() or the destructor); a
-// FileLock releases its lock when destroyed. Default() is a process-wide object, never deleted.
+// LockHandle releases its lock when destroyed. Default() is a process-wide object, never deleted.
 // Thread-safety: FileSystem implementations are thread-safe; a WritableFile is not (one owner).
 #pragma once
 
@@ -33,10 +33,11 @@ class WritableFile {
   virtual Status Close() = 0;
 };
 
-/// An exclusive advisory lock on a file (flock); released when destroyed.
-class FileLock {
+/// An exclusive advisory lock on a file (flock) taken through a FileSystem, so faults can be
+/// injected; released when destroyed. (Code outside state/ uses common/file_util.h FileLock.)
+class LockHandle {
  public:
-  virtual ~FileLock() = default;
+  virtual ~LockHandle() = default;
 };
 
 class FileSystem {
@@ -64,7 +65,7 @@ class FileSystem {
   virtual Status CreateDirs(const std::string& dir) = 0;
   /// Takes an exclusive lock on `path` (created when missing) without waiting.
   /// FailedPrecondition when another process holds it.
-  virtual Status Lock(const std::string& path, std::unique_ptr<FileLock>* out) = 0;
+  virtual Status Lock(const std::string& path, std::unique_ptr<LockHandle>* out) = 0;
 };
 
 /// Status for a failed system call: ResourceExhausted for ENOSPC/EDQUOT, NotFound for ENOENT,

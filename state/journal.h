@@ -117,7 +117,7 @@ class Journal {
   const std::string dir_;
   const JournalOptions options_;
   FileSystem* const fs_;
-  std::unique_ptr<FileLock> lock_;
+  std::unique_ptr<LockHandle> lock_;
   std::unique_ptr<WritableFile> file_;
   uint64_t generation_ = 0;
   uint64_t size_ = 0;

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
 #include <sys/file.h>
@@ -20,7 +19,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/json_text.h"
+#include "common/subprocess.h"
 #include "common/names.h"
 #include "workspace/git_repo.h"
 
@@ -69,24 +70,6 @@ GitRouteDecision Refuse(int status, std::string message) {
   return d;
 }
 
-// Writes `content` to `path` atomically (temporary sibling + rename) with `mode`.
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
-  static std::atomic<uint64_t> seq{0};
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq++);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << content;
-    f.close();
-    if (!f) return Status::Internal("cannot write " + tmp);
-  }
-  if (::chmod(tmp.c_str(), mode) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::Internal("cannot install " + path + ": " + strerror(err));
-  }
-  return Status::Ok();
-}
-
 std::string ReadWholeFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::ostringstream s;
@@ -94,37 +77,10 @@ std::string ReadWholeFile(const std::string& path) {
   return s.str();
 }
 
-std::vector<char*> CStrings(std::vector<std::string>& v) {
-  std::vector<char*> out;
-  for (auto& s : v) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
 void CloseFd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
 }
-
-// Holds a flock on a file for its lifetime.
-class FileLock {
- public:
-  FileLock(const std::string& path, int op) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return;
-    int rc;
-    while ((rc = ::flock(fd_, op)) != 0 && errno == EINTR) {
-    }
-    if (rc != 0) CloseFd(fd_);
-  }
-  ~FileLock() { CloseFd(fd_); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-  bool held() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
 
 }  // namespace
 
@@ -622,7 +578,7 @@ Status GitHttpHandler::WriteBusyFile(DomainState& d, const std::set<std::string>
     content += '\n';
   }
   std::lock_guard<std::mutex> lock(d.busy_mu);
-  return WriteFileAtomic(d.busy_path, content, 0644);
+  return WriteFileAtomic(d.busy_path, content, 0644, Durability::kAtomicOnly);  // rewritten per push
 }
 
 void GitHttpHandler::Serve(GitHttpRoute route, HttpRequest request,
@@ -703,34 +659,20 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
   if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe");
   err_r = p[0], err_w = p[1];
 
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in_r, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_w, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_w, 2);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // sockets of the server are not inherited
-  posix_spawn_file_actions_addchdir_np(&fa, d.project_root.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty, defaults;
-  sigemptyset(&empty);
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  std::vector<char*> c_argv = CStrings(argv);
-  std::vector<char*> c_env = CStrings(env);
+  SpawnSpec spec;
+  spec.path = options_.http_backend;
+  spec.argv = argv;
+  spec.env = env;
+  spec.cwd = d.project_root;
+  spec.fds = {{in_r, 0}, {out_w, 1}, {err_w, 2}};
   pid_t pid = -1;
-  int rc =
-      posix_spawn(&pid, options_.http_backend.c_str(), &fa, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    errno = rc;
-    return fail("cannot start " + options_.http_backend);
+  Status spawned = Spawn(spec, &pid);
+  if (!spawned.ok()) {
+    spdlog::error("git: domain {}: cannot start {}: {}", d.name, options_.http_backend,
+                  spawned.message());
+    close_all();
+    responder->Reply(500, "application/json", JsonError("git backend failed to start"));
+    return;
   }
   CloseFd(in_r);
   CloseFd(out_w);
@@ -818,16 +760,11 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
     }
   }
   close_all();
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
+  *exit_code = WaitForExit(pid);
   {
     std::lock_guard<std::mutex> lock(mu_);
     children_.erase(pid);
   }
-  *exit_code = WIFEXITED(wstatus)     ? WEXITSTATUS(wstatus)
-               : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus)
-                                      : -1;
   if (!err_text.empty() || *exit_code != 0) {
     std::string first = err_text.substr(0, err_text.find('\n'));
     spdlog::warn("git: domain {}: git-http-backend {} exit {}: {}", d.name, route.path_info,

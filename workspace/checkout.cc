@@ -1,5 +1,6 @@
 #include "workspace/checkout.h"
 
+#include "common/file_util.h"
 #include "common/safe_remove.h"
 
 #include <fcntl.h>
@@ -40,36 +41,6 @@ Status MakeLayout(const std::string& workspace_dir, Layout* l) {
   l->index = (parent / "index").string();
   l->lock = (parent / "checkout.lock").string();
   l->state = (parent / "checked-out").string();
-  return Status::Ok();
-}
-
-// Holds an exclusive flock on a file until destroyed.
-class FileLock {
- public:
-  ~FileLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-  }
-  Status Acquire(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd_ < 0) return Status::Internal("cannot open " + path + ": " + strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0)
-      if (errno != EINTR) return Status::Internal("cannot lock " + path + ": " + strerror(errno));
-    return Status::Ok();
-  }
-
- private:
-  int fd_ = -1;
-};
-
-Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << content;
-    if (!f.flush()) return Status::Internal("cannot write " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::Internal("cannot rename " + tmp + ": " + strerror(errno));
   return Status::Ok();
 }
 
@@ -214,9 +185,8 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
           .Check(tree, "tree of " + commit_or_tree.substr(0, 12), nullptr);
   if (!s.ok()) return s;
 
-  FileLock lock;
-  s = lock.Acquire(l.lock);
-  if (!s.ok()) return s;
+  FileLock lock(l.lock, LOCK_EX);
+  if (!lock.held()) return Status::Internal(lock.error());
   std::string old_id, old_tree;
   ReadState(l.state, &old_id, &old_tree);
   ::unlink(l.state.c_str());              // "update in progress" until rewritten below
@@ -243,7 +213,8 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
     GitResult files;
     if (git.Run({"ls-files", "-z"}, &files).ok()) stats->files_written = CountNul(files.out);
   }
-  s = WriteFileAtomic(l.state, commit_or_tree + " " + tree + "\n");
+  // A lost state file only costs a full reset of the workspace next time: no fsync.
+  s = WriteFileAtomic(l.state, commit_or_tree + " " + tree + "\n", 0644, Durability::kAtomicOnly);
   stats->elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - start)
                           .count();

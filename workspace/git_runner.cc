@@ -1,10 +1,11 @@
 #include "workspace/git_runner.h"
 
+#include "common/subprocess.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -71,67 +72,27 @@ std::vector<std::string> BuildEnv(const GitCommand& cmd) {
   return env;
 }
 
-std::vector<char*> CStrings(std::vector<std::string>& v) {
-  std::vector<char*> out;
-  for (auto& s : v) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
 Status ErrnoStatus(const char* what, int err) {
   return Status::Internal(std::string(what) + ": " + strerror(err));
 }
 
 // Spawns git with stdin/stdout/stderr connected to the given fds.
-Status Spawn(const GitCommand& cmd, int in_fd, int out_fd, int err_fd, pid_t* pid) {
+Status SpawnGit(const GitCommand& cmd, int in_fd, int out_fd, int err_fd, pid_t* pid) {
   const std::string& git = GitBinary();
   if (git.empty())
     return Status::Unavailable("git binary not found in /usr/local/bin, /usr/bin, /bin");
-  std::vector<std::string> argv = {"git"};
-  if (!cmd.git_dir.empty()) argv.push_back("--git-dir=" + cmd.git_dir);
-  if (!cmd.work_tree.empty()) argv.push_back("--work-tree=" + cmd.work_tree);
-  argv.insert(argv.end(), cmd.args.begin(), cmd.args.end());
-  std::vector<std::string> env = BuildEnv(cmd);
-  std::vector<char*> c_argv = CStrings(argv);
-  std::vector<char*> c_env = CStrings(env);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  if (!cmd.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cmd.cwd.c_str());
-
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty, defaults;
-  sigemptyset(&empty);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGCHLD);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);  // own process group: a timeout kills git's children too
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-
-  int rc = posix_spawn(pid, git.c_str(), &fa, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return Status::Unavailable(std::string("cannot start git: ") + strerror(rc));
+  SpawnSpec spec;
+  spec.path = git;
+  spec.argv = {"git"};
+  if (!cmd.git_dir.empty()) spec.argv.push_back("--git-dir=" + cmd.git_dir);
+  if (!cmd.work_tree.empty()) spec.argv.push_back("--work-tree=" + cmd.work_tree);
+  spec.argv.insert(spec.argv.end(), cmd.args.begin(), cmd.args.end());
+  spec.env = BuildEnv(cmd);
+  spec.cwd = cmd.cwd;
+  spec.fds = {{in_fd, 0}, {out_fd, 1}, {err_fd, 2}};
+  Status s = Spawn(spec, pid);
+  if (!s.ok()) return Status::Unavailable("cannot start git: " + s.message());
   return Status::Ok();
-}
-
-int WaitChild(pid_t pid) {
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-  return -1;
 }
 
 }  // namespace
@@ -174,7 +135,7 @@ Status PosixGitRunner::Run(const GitCommand& cmd, GitResult* result) {
   *err_w = p[1];
 
   pid_t pid = -1;
-  Status s = Spawn(cmd, *in_r, *out_w, *err_w, &pid);
+  Status s = SpawnGit(cmd, *in_r, *out_w, *err_w, &pid);
   if (!s.ok()) return s;
   FdSet::Close(*in_r);
   FdSet::Close(*out_w);
@@ -202,7 +163,7 @@ Status PosixGitRunner::Run(const GitCommand& cmd, GitResult* result) {
     int rc = ::poll(pfds, n, static_cast<int>(std::min<long long>(left, 1000)));
     if (rc < 0 && errno != EINTR) {
       ::kill(-pid, SIGKILL);
-      WaitChild(pid);
+      WaitForExit(pid);
       return ErrnoStatus("poll", errno);
     }
     if (rc <= 0) continue;
@@ -228,12 +189,12 @@ Status PosixGitRunner::Run(const GitCommand& cmd, GitResult* result) {
   }
   if (timed_out) {
     ::kill(-pid, SIGKILL);
-    WaitChild(pid);
+    WaitForExit(pid);
     return Status::DeadlineExceeded("git " + (cmd.args.empty() ? std::string() : cmd.args[0]) +
                                     " did not finish within " + std::to_string(cmd.timeout_ms) +
                                     " ms");
   }
-  result->exit_code = WaitChild(pid);
+  result->exit_code = WaitForExit(pid);
   return Status::Ok();
 }
 

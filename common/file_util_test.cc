@@ -1,0 +1,96 @@
+#include "common/file_util.h"
+
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FileUtilTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kiln-file-util-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Read(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  std::string dir_;
+};
+
+TEST_F(FileUtilTest, WritesContentAndModeAndLeavesNoTemporary) {
+  std::string path = dir_ + "/hook";
+  ASSERT_TRUE(WriteFileAtomic(path, "#!/bin/sh\n", 0755).ok());
+  ASSERT_TRUE(WriteFileAtomic(path, "second\n", 0755).ok());
+  EXPECT_EQ(Read(path), "second\n");
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  size_t entries = 0;
+  for (auto& e : fs::directory_iterator(dir_)) entries += 1, (void)e;
+  EXPECT_EQ(entries, 1u);
+}
+
+TEST_F(FileUtilTest, ReplacesASymlinkInsteadOfWritingThroughIt) {
+  std::string victim = dir_ + "/victim";
+  ASSERT_TRUE(WriteFileAtomic(victim, "keep\n").ok());
+  std::string link = dir_ + "/state";
+  ASSERT_EQ(::symlink(victim.c_str(), link.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomic(link, "new\n", 0644, Durability::kAtomicOnly).ok());
+  EXPECT_EQ(Read(victim), "keep\n");
+  EXPECT_FALSE(fs::is_symlink(link));
+  EXPECT_EQ(Read(link), "new\n");
+}
+
+TEST_F(FileUtilTest, MissingDirectoryIsAnErrorNamingThePath) {
+  Status s = WriteFileAtomic(dir_ + "/missing/file", "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("missing/file"), std::string::npos);
+}
+
+TEST_F(FileUtilTest, ExclusiveLockExcludesASecondHolder) {
+  std::string path = dir_ + "/repo.lock";
+  {
+    FileLock first(path, LOCK_EX);
+    ASSERT_TRUE(first.held()) << first.error();
+    FileLock second(path, LOCK_EX | LOCK_NB);
+    EXPECT_FALSE(second.held());
+    EXPECT_EQ(second.error(), "busy");
+    FileLock shared(path, LOCK_SH | LOCK_NB);
+    EXPECT_FALSE(shared.held());
+  }
+  FileLock after(path, LOCK_EX | LOCK_NB);
+  EXPECT_TRUE(after.held());
+}
+
+TEST_F(FileUtilTest, SharedLocksCoexist) {
+  std::string path = dir_ + "/repo.lock";
+  FileLock a(path, LOCK_SH);
+  FileLock b(path, LOCK_SH | LOCK_NB);
+  EXPECT_TRUE(a.held());
+  EXPECT_TRUE(b.held());
+}
+
+TEST_F(FileUtilTest, LockRefusesASymlink) {
+  std::string link = dir_ + "/checkout.lock";
+  ASSERT_EQ(::symlink("/etc/passwd", link.c_str()), 0);
+  FileLock lock(link, LOCK_EX | LOCK_NB);
+  EXPECT_FALSE(lock.held());
+  EXPECT_FALSE(lock.error().empty());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,251 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+extern char** environ;
+
+namespace kiln {
+namespace {
+
+// Why the child failed before or at execve, sent over a CLOEXEC pipe (EOF means exec worked).
+struct ExecReport {
+  int stage;
+  int err;
+};
+constexpr int kStageSetup = 1;
+constexpr int kStageChdir = 2;
+constexpr int kStageExec = 3;
+
+constexpr int kMaxMappedFds = 16;
+
+// Closes [first, last]; async-signal-safe.
+void CloseRange(int first, int last) {
+  if (first > last) return;
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, static_cast<unsigned>(first), static_cast<unsigned>(last), 0) == 0)
+    return;
+#endif
+  struct rlimit rl;
+  int limit = 65536;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      rl.rlim_cur < static_cast<rlim_t>(limit))
+    limit = static_cast<int>(rl.rlim_cur);
+  for (int fd = first; fd <= last && fd < limit; ++fd) ::close(fd);
+}
+
+[[noreturn]] void ChildFail(int report_fd, int stage, int err) {
+  ExecReport r{stage, err};
+  ssize_t ignored = ::write(report_fd, &r, sizeof(r));
+  (void)ignored;
+  ::_exit(127);
+}
+
+struct ChildPlan {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  const char* cwd;
+  int n;                      // mapped fds
+  int parent[kMaxMappedFds];  // sorted by child fd
+  int child[kMaxMappedFds];
+  bool new_group;
+  bool die_with_parent;
+  pid_t parent_pid;
+};
+
+// Runs in the forked child: only async-signal-safe calls, no allocation.
+[[noreturn]] void ChildExec(const ChildPlan& p, int report_fd) {
+  if (p.new_group) ::setpgid(0, 0);
+  if (p.die_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != p.parent_pid) ::_exit(127);  // the parent is already gone
+  }
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &sa, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  // Every descriptor we keep moves above the highest target first, so that dup2 onto a
+  // target cannot clobber a source still needed.
+  int top = 2;
+  for (int i = 0; i < p.n; ++i) top = std::max(top, p.child[i]);
+  int rep = ::fcntl(report_fd, F_DUPFD_CLOEXEC, top + 1);
+  if (rep < 0) ::_exit(127);
+  int moved[kMaxMappedFds];
+  for (int i = 0; i < p.n; ++i) {
+    moved[i] = ::fcntl(p.parent[i], F_DUPFD_CLOEXEC, top + 1);
+    if (moved[i] < 0) ChildFail(rep, kStageSetup, errno);
+  }
+  bool mapped[3] = {false, false, false};
+  for (int i = 0; i < p.n; ++i) {
+    if (::dup2(moved[i], p.child[i]) < 0) ChildFail(rep, kStageSetup, errno);
+    if (p.child[i] < 3) mapped[p.child[i]] = true;
+  }
+  for (int fd = 0; fd < 3; ++fd) {
+    if (mapped[fd]) continue;
+    int null_fd = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (null_fd < 0) ChildFail(rep, kStageSetup, errno);
+    if (null_fd != fd) {
+      if (::dup2(null_fd, fd) < 0) ChildFail(rep, kStageSetup, errno);
+      ::close(null_fd);
+    }
+  }
+  // Close everything but the targets and the report pipe (which is CLOEXEC).
+  int prev = -1;
+  for (int i = 0; i <= p.n; ++i) {
+    int next = i < p.n ? p.child[i] : rep;
+    int lo = std::max(prev + 1, 3);
+    if (next - 1 >= lo) CloseRange(lo, next - 1);
+    prev = std::max(prev, next);
+  }
+  CloseRange(rep + 1, 0x7fffffff);
+  if (p.cwd != nullptr && ::chdir(p.cwd) != 0) ChildFail(rep, kStageChdir, errno);
+  ::execve(p.path, p.argv, p.envp);
+  ChildFail(rep, kStageExec, errno);
+}
+
+Status StartError(const SpawnSpec& spec, const ExecReport& r) {
+  const std::string& name = spec.argv[0];
+  if (r.stage == kStageChdir) {
+    std::string m = "cannot enter working directory " + spec.cwd + ": " + ErrnoText(r.err);
+    return r.err == ENOENT || r.err == ENOTDIR ? Status::NotFound(m) : Status::PermissionDenied(m);
+  }
+  if (r.stage == kStageExec) {
+    if (r.err == ENOENT) return Status::NotFound(name + ": command not found");
+    if (r.err == EACCES || r.err == EPERM)
+      return Status::PermissionDenied(name + ": " + ErrnoText(r.err));
+    return Status::Internal(name + ": exec failed: " + ErrnoText(r.err));
+  }
+  return Status::Internal(name + ": child setup failed: " + ErrnoText(r.err));
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string ErrnoText(int err) {
+  char buf[128];
+  // GNU strerror_r returns a pointer that may or may not be buf.
+  return std::string(::strerror_r(err, buf, sizeof(buf)));
+}
+
+std::string FindExecutable(const std::string& name, const std::string& path_var) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return name;
+  size_t start = 0;
+  while (start <= path_var.size()) {
+    size_t colon = path_var.find(':', start);
+    if (colon == std::string::npos) colon = path_var.size();
+    std::string dir = path_var.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    if (IsExecutableFile(candidate)) return candidate;
+    start = colon + 1;
+  }
+  return "";
+}
+
+int DecodeWaitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+int WaitForExit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return DecodeWaitStatus(status);
+}
+
+Status Spawn(const SpawnSpec& spec, pid_t* pid) {
+  *pid = -1;
+  if (spec.argv.empty() || spec.argv[0].empty() || spec.path.empty())
+    return Status::InvalidArgument("empty argv or executable path");
+  if (spec.fds.size() > static_cast<size_t>(kMaxMappedFds))
+    return Status::InvalidArgument("too many descriptors for a child");
+
+  // Everything the child needs is built here: the child must not allocate.
+  ChildPlan plan;
+  std::vector<std::pair<int, int>> fds = spec.fds;  // {parent, child}
+  std::sort(fds.begin(), fds.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  plan.n = static_cast<int>(fds.size());
+  for (int i = 0; i < plan.n; ++i) {
+    if (fds[i].first < 0 || fds[i].second < 0 || (i > 0 && fds[i].second == fds[i - 1].second))
+      return Status::InvalidArgument("bad descriptor map for a child");
+    plan.parent[i] = fds[i].first;
+    plan.child[i] = fds[i].second;
+  }
+  std::vector<char*> argv;
+  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  if (spec.env) {
+    for (const std::string& e : *spec.env) {
+      if (e.empty() || e[0] == '=' || e.find('=') == std::string::npos)
+        return Status::InvalidArgument("bad environment entry for a child");
+      envp.push_back(const_cast<char*>(e.c_str()));
+    }
+    envp.push_back(nullptr);
+  }
+  plan.path = spec.path.c_str();
+  plan.argv = argv.data();
+  plan.envp = spec.env ? envp.data() : environ;
+  plan.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  plan.new_group = spec.new_process_group;
+  plan.die_with_parent = spec.die_with_parent;
+  plan.parent_pid = ::getpid();
+
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return Status::Internal("pipe: " + ErrnoText(errno));
+  UniqueFd report_r(p[0]), report_w(p[1]);
+  pid_t child = ::fork();
+  if (child < 0) return Status::Internal("fork: " + ErrnoText(errno));
+  if (child == 0) ChildExec(plan, report_w.get());
+  if (spec.new_process_group) ::setpgid(child, child);  // also done by the child; either wins
+  report_w.Reset();
+
+  ExecReport report{0, 0};
+  size_t got = 0;
+  while (got < sizeof(report)) {
+    ssize_t n =
+        ::read(report_r.get(), reinterpret_cast<char*>(&report) + got, sizeof(report) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got == sizeof(report)) {
+    WaitForExit(child);
+    return StartError(spec, report);
+  }
+  *pid = child;
+  return Status::Ok();
+}
+
+}  // namespace kiln

@@ -1,0 +1,98 @@
+// Subprocess: the one place kiln creates a child process. Every runner (builder/process_runner
+// for buildah and compilers, workspace/git_runner, the git CGI in transport/git_http, the local
+// deploy sandbox in deploy/sandbox_process) starts its children through Spawn(), so every child
+// gets the same hygiene:
+//   - exactly the descriptors the caller maps (0/1/2 default to /dev/null), nothing else —
+//     no listening socket, journal or registry connection of kiln's leaks into a build;
+//   - default signal dispositions and an empty signal mask;
+//   - its own process group (so a timeout or cancel can kill the whole tree with kill(-pid));
+//   - PR_SET_PDEATHSIG(SIGKILL): the child dies when the spawning THREAD exits (or kiln dies,
+//     even by SIGKILL), so nothing builds or pushes on unsupervised beside a restarted kiln;
+//   - failures at chdir/execve reported back as a Status (over a CLOEXEC pipe), not as an
+//     unexplained exit code 127.
+// Supervision (output pumping, timeouts, cancellation) stays with each runner, because their
+// needs differ (merged bounded capture, separate stdout/stderr, CGI streaming, a long-lived
+// sandbox); the wait/decode helpers below are shared.
+//
+// Thread-safety: all functions are thread-safe. Spawn blocks until the child has exec'd (or
+// failed to), typically well under a millisecond after fork.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kiln {
+
+/// Owns one file descriptor; closes it on destruction. Not thread-safe.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.Release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) Reset(o.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+/// What to start. Plain value type.
+struct SpawnSpec {
+  /// Executable: an absolute or relative path (not searched; see FindExecutable).
+  std::string path;
+  /// argv, argv[0] included. Must not be empty.
+  std::vector<std::string> argv;
+  /// "NAME=value" entries; nullopt: inherit kiln's environment (trusted tools only).
+  std::optional<std::vector<std::string>> env;
+  /// Working directory of the child; empty: inherit kiln's.
+  std::string cwd;
+  /// {parent_fd, child_fd}: the child gets parent_fd as child_fd (one parent fd may be mapped
+  /// to several child fds). Child fds 0, 1 and 2 not listed are /dev/null. No other fd is open
+  /// in the child.
+  std::vector<std::pair<int, int>> fds;
+  /// Put the child in its own process group (pgid = pid).
+  bool new_process_group = true;
+  /// PR_SET_PDEATHSIG(SIGKILL). The signal follows the spawning thread: spawn from a thread
+  /// that lives until the child is reaped.
+  bool die_with_parent = true;
+};
+
+/// Forks and execs `spec`. On success *pid names the running child (the caller must reap it).
+/// Errors: InvalidArgument (empty argv/path, bad fd map), NotFound ("<argv0>: command not
+/// found", or a missing working directory), PermissionDenied, Internal (pipe/fork failures).
+/// On error no child is left behind.
+Status Spawn(const SpawnSpec& spec, pid_t* pid);
+
+/// `name` if it contains '/', else the first executable regular file `dir/name` for the
+/// directories of `path_var` (colon-separated; empty entries mean "."); "" if none.
+std::string FindExecutable(const std::string& name, const std::string& path_var);
+
+/// Exit status of a waitpid() status word; 128+signal when killed by a signal; -1 otherwise.
+int DecodeWaitStatus(int status);
+
+/// Blocks until `pid` exits (retrying EINTR) and returns DecodeWaitStatus, or -1 on error.
+int WaitForExit(pid_t pid);
+
+/// strerror_r as a string.
+std::string ErrnoText(int err);
+
+}  // namespace kiln
