@@ -489,9 +489,6 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
           RememberBuild(self, sum.json["latest_build"]["build_id"].get<std::string>(), sum.candidate);
         s.summaries[sum.candidate] = std::move(sum.json);
       },
-      [=](started_atom, const BuildId& id, const std::string& candidate) {
-        RememberBuild(self, id, candidate);
-      },
       [=](shutdown_atom) {
         auto& s = self->state;
         s.stopping = true;

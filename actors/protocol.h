@@ -59,7 +59,6 @@ using log_atom = caf::atom_constant<caf::atom("k_log")>;
 using progress_atom = caf::atom_constant<caf::atom("k_progress")>;
 using started_atom = caf::atom_constant<caf::atom("k_started")>;
 using granted_atom = caf::atom_constant<caf::atom("k_granted")>;
-using done_atom = caf::atom_constant<caf::atom("k_done")>;
 using shutdown_atom = caf::atom_constant<caf::atom("k_shutdown")>;
 using lookup_atom = caf::atom_constant<caf::atom("k_lookup")>;
 using deploy_done_atom = caf::atom_constant<caf::atom("k_depdone")>;

@@ -116,6 +116,7 @@ Runtime::~Runtime() {
 Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts,
                        std::unique_ptr<Runtime>* out) {
   auto impl = std::make_unique<Impl>();
+  impl->work->ExportTo(std::shared_ptr<MetricsRegistry>(impl->metrics, &impl->metrics->registry()));
   impl->config = config;
   impl->runner = MakePosixProcessRunner();
   impl->builder = opts.builder ? opts.builder

@@ -64,7 +64,6 @@ class SchedulerCore {
 
   struct FinishDecision {
     std::vector<BuildId> notify;           // builds to deliver `outcome` to (owner included)
-    std::optional<StartOrder> restart;     // unused; re-queued jobs start via Dispatch()
     bool requeued = false;                 // owner was cancelled, a waiter took over
     std::optional<BuildId> new_owner;
   };
