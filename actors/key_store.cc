@@ -57,7 +57,7 @@ std::vector<std::pair<std::string, OutcomePtr>> KeyStore::LoadAll() const {
     o->commit = j.value("commit", "");
     o->build_ms = j.value("build_ms", 0);
     o->push_ms = j.value("push_ms", 0);
-    if (o->digest.rfind("sha256:", 0) != 0) continue;
+    if (!IsSha256Digest(o->digest)) continue;
     found.emplace_back(e.last_write_time(ec), key, o);
   }
   std::sort(found.begin(), found.end(),

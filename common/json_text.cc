@@ -135,4 +135,8 @@ std::string DumpJson(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string JsonErrorBody(const std::string& message) {
+  return DumpJson(nlohmann::json{{"error", message}});
+}
+
 }  // namespace kiln

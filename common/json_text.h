@@ -45,4 +45,7 @@ void MakeValidUtf8(nlohmann::json* j);
 /// `indent` as in nlohmann::json::dump.
 std::string DumpJson(const nlohmann::json& j, int indent = -1);
 
+/// The body of every HTTP error kiln answers outside JSON-RPC: {"error": message}, valid UTF-8.
+std::string JsonErrorBody(const std::string& message);
+
 }  // namespace kiln

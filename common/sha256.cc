@@ -43,6 +43,10 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+bool IsSha256Digest(std::string_view s) {
+  return s.size() == 71 && s.substr(0, 7) == "sha256:" && IsSha256Hex(s.substr(7));
+}
+
 bool IsSha256Hex(std::string_view s) {
   if (s.size() != 64) return false;
   for (char c : s)

@@ -32,4 +32,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 /// True when `s` is exactly 64 lowercase hex characters.
 bool IsSha256Hex(std::string_view s);
 
+/// True when `s` is an OCI sha256 digest: "sha256:" + 64 lowercase hex characters. The one
+/// digest validator: every digest from a registry, the journal, config or an agent is checked
+/// with it before use.
+bool IsSha256Digest(std::string_view s);
+
 }  // namespace kiln

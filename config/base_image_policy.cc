@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/sha256.h"
+
 namespace kiln {
 namespace {
 
@@ -31,12 +33,7 @@ bool ValidTag(const std::string& t) {
   return true;
 }
 
-bool ValidDigest(const std::string& d) {
-  if (d.rfind("sha256:", 0) != 0 || d.size() != 7 + 64) return false;
-  for (size_t i = 7; i < d.size(); ++i)
-    if (!((d[i] >= '0' && d[i] <= '9') || (d[i] >= 'a' && d[i] <= 'f'))) return false;
-  return true;
-}
+bool ValidDigest(const std::string& d) { return IsSha256Digest(d); }
 
 bool ValidHost(const std::string& h) {
   if (h.empty()) return false;

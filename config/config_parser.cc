@@ -14,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "common/sha256.h"
 #include "common/names.h"
 #include "config/base_image_policy.h"
 #include "config/host_checks.h"
@@ -51,13 +52,6 @@ bool IsUserName(const std::string& user) {
   bool ok = !user.empty() && user.size() <= 32 && (IsAlpha(user[0]) || user[0] == '_');
   for (char c : user) ok = ok && (IsAlpha(c) || IsDigit(c) || c == '_' || c == '-' || c == '.');
   return ok;
-}
-
-bool IsSha256Hex(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!IsLowerHex(c)) return false;
-  return true;
 }
 
 // [A-Za-z_][A-Za-z0-9_]*
@@ -843,7 +837,7 @@ void ConfigReader::CheckBaseImage(const std::string& image, const std::string& p
     return;
   }
   std::string digest = image.substr(at + 1);
-  if (digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(digest.substr(7))) {
+  if (!IsSha256Digest(digest)) {
     Problem(path, "malformed digest: " + shape);
     return;
   }
@@ -1042,6 +1036,18 @@ std::vector<ConfigProblem> CollectConfigWarnings(const Config& config) {
     if (d.build.mode == "containerfile" && d.build.layered)
       warnings.push_back({Join(build, "layered"), "ignored because build.mode is containerfile"});
   }
+  // Sessions: when every domain may hold its full share, the global pool must fit them all, or
+  // busy domains fill it and a quiet one is refused with 503 before reaching its own cap.
+  const long long domains = static_cast<long long>(config.domains.size());
+  const long long per_domain = config.server.max_sessions_per_domain;
+  if (per_domain > 0 && domains > 1 && config.server.max_sessions < domains * per_domain)
+    warnings.push_back(
+        {"server.max_sessions",
+         std::to_string(config.server.max_sessions) + " is less than " + std::to_string(domains) +
+             " domains x server.max_sessions_per_domain " + std::to_string(per_domain) + " = " +
+             std::to_string(domains * per_domain) +
+             ": busy domains can fill the global pool and lock a quiet one out; raise "
+             "server.max_sessions or lower server.max_sessions_per_domain"});
   return warnings;
 }
 

@@ -269,6 +269,28 @@ TEST_F(ConfigParserTest, TransportCapsHaveDefaultsAndAreValidated) {
   }
 }
 
+TEST_F(ConfigParserTest, WarnsWhenTheSessionPoolCannotHoldEveryDomainsShare) {
+  Config c;
+  json j = Valid();  // two domains
+  j["server"]["max_sessions"] = 100;
+  j["server"]["max_sessions_per_domain"] = 64;
+  ASSERT_TRUE(Parse(j, &c).empty());
+  auto warnings = CollectConfigWarnings(c);
+  ASSERT_TRUE(HasPath(warnings, "server.max_sessions")) << Describe(warnings);
+  EXPECT_NE(Describe(warnings).find("128"), std::string::npos) << Describe(warnings);
+
+  j["server"]["max_sessions"] = 128;
+  Config fits;
+  ASSERT_TRUE(Parse(j, &fits).empty());
+  EXPECT_FALSE(HasPath(CollectConfigWarnings(fits), "server.max_sessions"));
+
+  j["server"]["max_sessions"] = 100;
+  j["server"]["max_sessions_per_domain"] = 0;  // no per-domain cap: nothing to reserve
+  Config uncapped;
+  ASSERT_TRUE(Parse(j, &uncapped).empty());
+  EXPECT_FALSE(HasPath(CollectConfigWarnings(uncapped), "server.max_sessions"));
+}
+
 TEST_F(ConfigParserTest, OmittedOptionalSectionsGetDefaults) {
   json j = Valid();
   j["server"].erase("listen");

@@ -49,7 +49,7 @@ Status ParseImageRef(const std::string& ref, ImageRef* out) {
   if (at == std::string::npos || slash == std::string::npos || slash == 0 || slash > at)
     return Status::InvalidArgument("image must be <host:port>/<repository>@sha256:<hex>: " + ref);
   std::string digest = ref.substr(at + 1);
-  if (digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(digest.substr(7)))
+  if (!IsSha256Digest(digest))
     return Status::InvalidArgument("image must be pinned by a sha256 digest: " + ref);
   std::string repo = ref.substr(slash + 1, at - slash - 1);
   if (!IsNormalizedRelativePath(repo) || repo.find(':') != std::string::npos)

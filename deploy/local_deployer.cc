@@ -403,7 +403,7 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
 
 Status LocalDeployer::FetchBlob(const std::string& repo, const std::string& digest,
                                 std::string* data) {
-  if (digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(digest.substr(7)))
+  if (!IsSha256Digest(digest))
     return Status::InvalidArgument("bad layer digest " + digest);
   fs::path dir = fs::path(work_dir_) / "blobs" / "sha256";
   fs::path file = dir / digest.substr(7);

@@ -37,9 +37,7 @@ constexpr size_t kMaxStderrBytes = 16 * 1024;
 constexpr std::chrono::seconds kKillGrace{5};
 constexpr const char* kNotFound = "repository not found";
 
-std::string JsonError(const std::string& message) {
-  return DumpJson(nlohmann::json{{"error", message}});
-}
+std::string JsonError(const std::string& message) { return JsonErrorBody(message); }
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -411,12 +409,7 @@ namespace {
 
 HttpRefusal GitRefusal(int status, const std::string& message, std::string reason,
                        HttpHeaders headers = {}) {
-  HttpRefusal r;
-  r.status = status;
-  r.body = JsonError(message);
-  r.headers = std::move(headers);
-  r.reason = std::move(reason);
-  return r;
+  return HttpRefusal::Make(status, message, std::move(reason), std::move(headers));
 }
 
 }  // namespace

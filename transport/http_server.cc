@@ -80,7 +80,7 @@ std::string Clean(std::string s) {
   return s;
 }
 
-std::string JsonError(const std::string& message) { return DumpJson(json{{"error", message}}); }
+std::string JsonError(const std::string& message) { return JsonErrorBody(message); }
 
 struct ServerShared;
 
@@ -810,6 +810,16 @@ size_t HttpServer::Impl::MaxBodyLimit() const {
   return limit;
 }
 
+HttpRefusal HttpRefusal::Make(int status, const std::string& message, std::string reason,
+                              HttpHeaders headers) {
+  HttpRefusal r;
+  r.status = status;
+  r.body = JsonErrorBody(message);
+  r.headers = std::move(headers);
+  r.reason = std::move(reason);
+  return r;
+}
+
 void HttpServer::Impl::CountRefusal(const std::string& reason) {
   shared_->metrics.Increment("kiln_http_refusals_total", {{"reason", reason}});
 }
@@ -818,12 +828,7 @@ namespace {
 
 HttpRefusal Refusal(int status, const std::string& message, std::string reason,
                     HttpHeaders headers = {}) {
-  HttpRefusal r;
-  r.status = status;
-  r.body = JsonError(message);
-  r.headers = std::move(headers);
-  r.reason = std::move(reason);
-  return r;
+  return HttpRefusal::Make(status, message, std::move(reason), std::move(headers));
 }
 
 HttpRefusal Unauthenticated(const AuthDecision& auth) {

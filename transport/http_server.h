@@ -104,6 +104,10 @@ struct HttpRefusal {
   std::string body;  // JSON
   HttpHeaders headers;
   std::string reason;  // label for kiln_http_refusals_total
+
+  /// A refusal with the standard JSON error body.
+  static HttpRefusal Make(int status, const std::string& message, std::string reason,
+                          HttpHeaders headers = {});
 };
 
 /// Decides from the request's method, path, query and headers (the body is empty) whether it

@@ -10,7 +10,7 @@ namespace {
 
 constexpr char kPrefix[] = "/v1/";
 
-std::string JsonError(const std::string& m) { return DumpJson(nlohmann::json{{"error", m}}); }
+std::string JsonError(const std::string& m) { return JsonErrorBody(m); }
 
 }  // namespace
 
