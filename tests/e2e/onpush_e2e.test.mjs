@@ -145,7 +145,12 @@ test("a push starts the build; build_candidate joins it", long, async (t) => {
   assert.equal(b3.joined, true);
   assert.equal(b3.status, "succeeded");
   // A branch that is not a candidate name is accepted by git but starts no build.
-  push("on", "team/x", "RUN echo team > /team");
+  const tw = fs.mkdtempSync(path.join(dir, "w-team-"));
+  containerfile("RUN echo team > /team")(tw);
+  sh("git", ["init", "-q"], { cwd: tw });
+  sh("git", ["-c", "user.name=agent", "-c", "user.email=a@x", "add", "-A"], { cwd: tw });
+  sh("git", ["-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "team"], { cwd: tw });
+  gitPush(tw, { port: PORT, domain: "on", branch: "team/x", token: tokens.on });
   const list = await call(client, "list_candidates", {});
   assert.deepEqual(list.candidates.map((c) => c.candidate).sort(), ["c1", "c3"], JSON.stringify(list));
   await client.close();
@@ -207,7 +212,6 @@ test("one push of several branches keeps to the domain's build slots", long, asy
     return p.filter((x) => x === "building").length === 1 && p.filter((x) => x === "queued").length === 2 ? p : null;
   }, 240_000, 250);
   t.diagnostic(`phases: ${phases.join(", ")}`);
-  assert.ok(procs(`${HANG}-h`).length >= 1);
   for (const n of ["h3", "h2", "h1"])
     assert.equal((await call(client, "cancel_build", { build_id: ids[n] })).isError, false);
   await until("the pushed builds to end", () => procs(`${HANG}-h`).length === 0, 60_000);
