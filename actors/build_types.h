@@ -58,6 +58,9 @@ struct BuildRequest {
   std::optional<std::string> commit;
   bool wait = true;
   std::optional<std::string> source_dir;
+  /// Issue 18: started by kiln when a push to the candidate's branch landed (never set from an
+  /// agent's arguments).
+  bool on_push = false;
 };
 
 

@@ -24,6 +24,7 @@
 #include "actors/domain_env.h"
 #include "actors/journaled_answers.h"
 #include "actors/key_store.h"
+#include "actors/on_push_policy.h"
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
 #include "common/file_util.h"
@@ -48,6 +49,13 @@ BuildId NewBuildId() {
   return buf;
 }
 
+// Issue 18: one caller waiting on a build (parallel to Record::promises): when it called and
+// whether it joined a build already started (by a push or an identical request).
+struct Caller {
+  Clock::time_point called = Clock::now();
+  bool joined = false;
+};
+
 struct Record {
   BuildSnapshot snap;
   BuildRequest req;
@@ -58,6 +66,8 @@ struct Record {
   std::shared_ptr<LogBuffer> log;
   std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
   std::vector<caf::response_promise> promises;
+  std::vector<Caller> callers;  // issue 18: parallel to promises
+  bool push_claimed = false;    // issue 18: a build_candidate joined this push build
   std::vector<caf::actor> sinks;
   Clock::time_point requested = Clock::now();
   // Wall-clock order of the request (unix ns); survives restarts (restored from the journal).
@@ -79,6 +89,7 @@ struct CandidateState {
   std::deque<BuildId> history;  // oldest first
   std::optional<BuildId> active;
   std::optional<BuildId> latest_success;
+  std::optional<BuildId> push_build;  // issue 18: the latest build started on push
   bool worker_busy = false;
   std::deque<std::pair<BuildId, std::string>> pending_starts;
   JournaledAnswers answers;  // answers waiting for their journal record
@@ -99,6 +110,31 @@ ToolResult ResultOf(const Record& r) {
   BuildSnapshot s = r.snap;
   if (r.log) s.log_tail = r.log->Tail(4096);
   return {BuildJson(s), s.status != BuildStatus::kSucceeded && IsFinal(s.status)};
+}
+
+// Issue 18: the answer for one caller: its own `joined` and `timings.waited_ms` (call -> now).
+ToolResult ForCaller(ToolResult res, const Caller& c) {
+  res.structured["joined"] = c.joined;
+  res.structured["timings"]["waited_ms"] = Ms(Clock::now() - c.called);
+  return res;
+}
+
+// Answers every caller waiting on `r` (each with its own view) once `write` (a journal write;
+// may be empty without a store) is durable, and forgets them.
+void AnswerWaiters(Self* self, std::function<void()> write, Record& r) {
+  if (!r.callers.empty() && !r.snap.waited_ms) r.snap.waited_ms = Ms(Clock::now() - r.callers[0].called);
+  ToolResult base = ResultOf(r);
+  if (r.promises.empty()) {
+    if (write) JournalThenAnswer(self, std::move(write), base, {});
+    return;
+  }
+  for (size_t i = 0; i < r.promises.size(); ++i) {
+    Caller c = i < r.callers.size() ? r.callers[i] : Caller{r.requested, false};
+    std::function<void()> w = i == 0 && write ? std::move(write) : std::function<void()>([] {});
+    JournalThenAnswer(self, std::move(w), ForCaller(base, c), {r.promises[i]});
+  }
+  r.promises.clear();
+  r.callers.clear();
 }
 
 void Progress(Self* self, Record& r, const std::string& message) {
@@ -227,7 +263,7 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
     start.domain = s.env->domain;
     start.candidate = s.name;
     start.status = BuildStatus::kResolving;
-    JournalThenAnswer(
+    AnswerWaiters(  // issue 18: each caller with its own joined / waited_ms
         self,
         [store, f, start]() mutable {
           Status st = store->RecordBuildFinished(f);
@@ -236,10 +272,9 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
           if (!st.ok())
             spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
         },
-        ResultOf(r), std::move(r.promises));
+        r);
   } else {
-    ToolResult res = ResultOf(r);
-    for (auto& p : r.promises) p.deliver(res);
+    AnswerWaiters(self, {}, r);
   }
   r.promises.clear();
   r.sinks.clear();
@@ -647,6 +682,38 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
+        const Caller caller;  // issue 18: this call's time (timings.waited_ms)
+        if (s.push_build && !req.on_push) {
+          // Issue 18: the build this push started answers a build_candidate for its commit (or
+          // for the branch's head, which it is): same build id, joined.
+          auto it = s.records.find(*s.push_build);
+          if (it != s.records.end()) {
+            Record& pb = it->second;
+            PushBuildFacts f;
+            f.candidate = s.name;
+            f.pushed_commit = pb.req.commit.value_or("");
+            f.status = pb.snap.status;
+            f.latest = !s.history.empty() && s.history.back() == pb.snap.id;
+            f.claimed = pb.push_claimed;
+            if (JoinsPushBuild(f, req)) {
+              pb.push_claimed = true;
+              spdlog::info("build {} domain={} candidate={}: build_candidate joined the build started on push",
+                           pb.snap.id, s.env->domain, s.name);
+              const Caller joiner{caller.called, true};
+              if (sink) self->send(sink, started_atom::value, pb.snap.id);
+              if (req.wait && !IsFinal(pb.snap.status)) {
+                if (sink) pb.sinks.push_back(sink);
+                pb.promises.push_back(self->make_response_promise());
+                pb.callers.push_back(joiner);
+                return pb.promises.back();
+              }
+              if (!pb.snap.waited_ms) pb.snap.waited_ms = Ms(Clock::now() - caller.called);
+              auto rp = self->make_response_promise();  // after its journal records
+              JournalThenAnswer(self, [] {}, ForCaller(ResultOf(pb), joiner), {rp});
+              return rp;
+            }
+          }
+        }
         const uint64_t pushes = s.env->busy ? s.env->busy->Pushes(s.env->domain) : 0;
         if (s.active && s.env->busy && !req.source_dir) {
           // The same request again (a retry, or parallel calls) while no push reached the
@@ -665,11 +732,12 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
             }
             if (req.wait) {
               r0.promises.push_back(self->make_response_promise());
+              r0.callers.push_back({caller.called, true});  // issue 18
               return r0.promises.back();
             }
             // After the build's start record (the writer runs in order).
             auto rp = self->make_response_promise();
-            JournalThenAnswer(self, [] {}, ResultOf(r0), {rp});
+            JournalThenAnswer(self, [] {}, ForCaller(ResultOf(r0), {caller.called, true}), {rp});
             return rp;
           }
         }
@@ -685,6 +753,8 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         r.snap.candidate = s.name;
         r.req = req;
         r.pushes_at_request = pushes;
+        r.snap.started_on_push = req.on_push;  // issue 18
+        if (req.on_push) s.push_build = id;
         r.log = std::make_shared<LogBuffer>(s.env->log_max_bytes);
         if (sink) {
           r.sinks.push_back(sink);
@@ -715,14 +785,15 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
           // The build id is handed out only once its start is durable: after a crash the
           // caller's id is known (as interrupted at worst), never missing.
           auto rp = self->make_response_promise();
-          JournalThenAnswer(self, std::move(journal_start), ResultOf(r), {rp});
+          JournalThenAnswer(self, std::move(journal_start), ForCaller(ResultOf(r), caller), {rp});
           StartResolve(self, r);
           return rp;
         }
         if (journal_start) s.env->writer->Post(std::move(journal_start));
         StartResolve(self, r);
-        if (!req.wait) return ResultOf(r);
+        if (!req.wait) return ForCaller(ResultOf(r), caller);
         r.promises.push_back(self->make_response_promise());
+        r.callers.push_back(caller);  // issue 18
         return r.promises.back();
       },
       [=](const WorkDone& d) {

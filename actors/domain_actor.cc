@@ -489,6 +489,27 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
           RememberBuild(self, sum.json["latest_build"]["build_id"].get<std::string>(), sum.candidate);
         s.summaries[sum.candidate] = std::move(sum.json);
       },
+      [=](pushed_atom, std::vector<PushedRef>& refs) {
+        // Issue 18: build on push. Each pushed candidate branch starts its build through the
+        // same path as build_candidate (candidate actor -> scheduler); the push's order is the
+        // order of the requests. The candidate actor lets a later build_candidate join it.
+        auto& s = self->state;
+        if (s.stopping) return;
+        for (BuildRequest& req : PushBuilds(refs, s.env->dc && s.env->dc->build.on_push)) {
+          auto cand = Candidate(self, req.candidate, true);
+          if (!cand) {
+            spdlog::warn("domain {}: push to {} not built on push: too many candidates (limit {})",
+                         s.env->domain, req.candidate, s.env->max_candidates);
+            continue;
+          }
+          spdlog::info("domain {}: push to {} ({}) -> build on push", s.env->domain, req.candidate,
+                       req.commit->substr(0, 12));
+          caf::anon_send(cand, build_atom::value, std::move(req), caf::actor{});
+        }
+      },
+      [=](started_atom, const BuildId& id, const std::string& candidate) {
+        RememberBuild(self, id, candidate);
+      },
       [=](shutdown_atom) {
         auto& s = self->state;
         s.stopping = true;

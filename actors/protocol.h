@@ -13,6 +13,7 @@
 //   domain:     (tool_atom, ToolCall, actor sink)                  -> ToolResult
 //               (build_atom, BuildRequest, actor sink)             -> ToolResult  (CLI path)
 //               (summary_atom, CandidateSummary)                   from its candidates
+//               (pushed_atom, std::vector<PushedRef>)              a push landed (issue 18)
 //   candidate:  (build_atom, BuildRequest, actor sink)             -> ToolResult
 //               (status_atom)                                      -> ToolResult
 //               (lookup_atom, BuildId or "")                       -> ToolResult
@@ -35,6 +36,7 @@
 #include <string>
 
 #include "actors/build_types.h"
+#include "actors/on_push_policy.h"
 #include "actors/scheduler_core.h"
 #include "common/status.h"
 #include "deploy/deployer.h"
@@ -66,6 +68,8 @@ using deploy_prog_atom = caf::atom_constant<caf::atom("k_depprog")>;
 // (journaled_atom, uint64_t ticket): the state writer made a record durable; answers that
 // waited for it may now be sent (write-ahead: nothing is acknowledged before it is on disk).
 using journaled_atom = caf::atom_constant<caf::atom("k_journal")>;
+// Issue 18: (pushed_atom, std::vector<PushedRef>) to a domain: a push landed; build on push.
+using pushed_atom = caf::atom_constant<caf::atom("k_pushed")>;
 
 struct SubmitReply {
   SchedulerCore::SubmitKind kind = SchedulerCore::SubmitKind::kQueued;
@@ -116,3 +120,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::ToolProgress)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::CandidateSummary)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::WorkDone)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::DeployResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::PushedRef>)

@@ -346,6 +346,12 @@ std::set<std::string> Runtime::BusyBranches(const std::string& domain) const {
 
 void Runtime::Pushed(const std::string& domain) { impl_->busy->Pushed(domain); }
 
+void Runtime::PushedRefs(const std::string& domain, std::vector<PushedRef> refs) {
+  auto dom = impl_->domains.find(domain);
+  if (dom == impl_->domains.end() || refs.empty()) return;
+  caf::anon_send(dom->second, pushed_atom::value, std::move(refs));
+}
+
 void Runtime::CancelAll() {
   for (auto& [n, d] : impl_->domains) caf::anon_send(d, shutdown_atom::value);
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "actors/build_types.h"
+#include "actors/on_push_policy.h"
 #include "builder/builder.h"
 #include "common/status.h"
 #include "config/config.h"
@@ -56,6 +57,9 @@ class Runtime : public ToolBackend {
   std::set<std::string> BusyBranches(const std::string& domain) const;
   /// The git endpoint accepted a push to `domain` (thread-safe, non-blocking).
   void Pushed(const std::string& domain);
+  /// Issue 18: a push to `domain` updated `refs` (in the push's order): the domain starts the
+  /// builds of its candidates' branches when build.on_push is on (thread-safe, non-blocking).
+  void PushedRefs(const std::string& domain, std::vector<PushedRef> refs);
 
   /// Graceful stop: waits up to `grace` for running and queued builds to finish, then cancels
   /// what is left (logging which), and waits for every builder process to be gone.

@@ -193,7 +193,10 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
   j["timings"] = {{"queued_ms", b.timings.queued_ms},
                   {"build_ms", b.timings.build_ms},
                   {"push_ms", b.timings.push_ms},
-                  {"total_ms", b.timings.total_ms}};
+                  {"total_ms", b.timings.total_ms},
+                  {"waited_ms", b.waited_ms ? nlohmann::json(*b.waited_ms) : nlohmann::json(nullptr)}};
+  j["started_on_push"] = b.started_on_push;  // issue 18
+  j["joined"] = b.joined;
   MakeValidUtf8(&j);  // log tail, diagnostics and errors carry the build's own bytes
   return j;
 }

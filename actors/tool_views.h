@@ -27,6 +27,11 @@ struct BuildSnapshot {
   std::string log_tail;
   std::optional<int64_t> queue_position;
   BuildTimings timings;
+  // --- issue 18: build on push ---
+  bool started_on_push = false;     // kiln started it when the push landed
+  bool joined = false;              // this caller joined a build already in progress/done
+  std::optional<int64_t> waited_ms;  // this caller's call -> answer; null: nobody asked yet
+  // --- end issue 18 ---
 };
 
 /// build_candidate arguments: candidate (required), ref?, commit?, wait? (bool).

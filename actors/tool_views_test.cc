@@ -111,6 +111,26 @@ TEST(ToolViews, BuildJsonShapes) {
     EXPECT_TRUE(j["timings"].contains(k)) << k;
 }
 
+// --- issue 18: build on push ---
+TEST(ToolViews, BuildJsonReportsOnPushJoinAndWaitedMs) {
+  BuildSnapshot s;
+  s.id = "b-0123456789abcdef";
+  s.candidate = "c1";
+  s.status = BuildStatus::kRunning;
+  json j = BuildJson(s);
+  EXPECT_EQ(j["started_on_push"], false);
+  EXPECT_EQ(j["joined"], false);
+  EXPECT_TRUE(j["timings"]["waited_ms"].is_null()) << "nobody asked for it yet";
+  s.started_on_push = true;
+  s.joined = true;
+  s.waited_ms = 17;
+  j = BuildJson(s);
+  EXPECT_EQ(j["started_on_push"], true);
+  EXPECT_EQ(j["joined"], true);
+  EXPECT_EQ(j["timings"]["waited_ms"], 17);
+}
+// --- end issue 18 ---
+
 // --- every byte that reaches a result is safe (issue 15) ---
 TEST(ToolViews, BuildJsonWithIllFormedBytesSerialisesAsValidUtf8) {
   const std::string hostile =

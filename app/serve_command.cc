@@ -73,6 +73,13 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   Runtime* raw = rt.get();
   gopts.busy_branches = [raw](const std::string& domain) { return raw->BusyBranches(domain); };
   gopts.pushed = [raw](const std::string& domain) { raw->Pushed(domain); };
+  // Issue 18: build on push (domains.<d>.build.on_push decides in the domain actor).
+  gopts.refs_updated = [raw](const std::string& domain,
+                             const std::vector<std::pair<std::string, std::string>>& refs) {
+    std::vector<PushedRef> pushed;
+    for (const auto& [ref, commit] : refs) pushed.push_back({ref, commit});
+    raw->PushedRefs(domain, std::move(pushed));
+  };
   GitHttpHandler git(*config, gopts);
   HttpServer server(*config, *rt, opts);
   git.Register(server);

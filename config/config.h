@@ -101,6 +101,11 @@ struct BuildConfig {
   SandboxLimitsConfig limits;
   ContainerfileBuild containerfile;
   std::optional<LayeredBuild> layered;
+  // --- issue 18: build on push ---
+  /// A push to refs/heads/<candidate> starts that candidate's build at once (a following
+  /// build_candidate joins it). false: nothing is built until build_candidate is called.
+  bool on_push = true;
+  // --- end issue 18 ---
 };
 
 struct ImageConfig {

@@ -981,6 +981,22 @@ TEST_F(ConfigParserTest, BuildIsolationFieldsAreValidated) {
   EXPECT_EQ(problems[0].path, "domains.ranker.build.containerfile.network");
 }
 
+// --- issue 18: build.on_push ---
+TEST_F(ConfigParserTest, BuildOnPushDefaultsOnAndIsValidated) {
+  json j = Valid();
+  j["domains"]["ranker"]["build"]["on_push"] = false;
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_FALSE(c.domains.at("ranker").build.on_push);
+  EXPECT_TRUE(c.domains.at("epp").build.on_push);  // default
+  j["domains"]["ranker"]["build"]["on_push"] = "yes";
+  problems = Parse(j);
+  ASSERT_EQ(problems.size(), 1u) << Describe(problems);
+  EXPECT_EQ(problems[0].path, "domains.ranker.build.on_push");
+}
+// --- end issue 18 ---
+
 // --- issue 15: build.base_images ---
 TEST_F(ConfigParserTest, BaseImagesParsedAndValidated) {
   json j = Valid();

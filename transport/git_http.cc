@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -327,6 +328,58 @@ EOF
   return script + "exit 0\n";
 }
 
+// --- issue 18: build on push ---
+std::vector<GitRefUpdate> ParseReceivePackCommands(const std::string& body) {
+  std::vector<GitRefUpdate> out;
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+  auto is_id = [&](const std::string& s) {
+    return (s.size() == 40 || s.size() == 64) && std::all_of(s.begin(), s.end(), hex);
+  };
+  size_t pos = 0;
+  while (pos + 4 <= body.size()) {
+    size_t len = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      char c = static_cast<char>(std::tolower(static_cast<unsigned char>(body[pos + i])));
+      if (!hex(c)) return out;  // not pkt-lines (a compressed body, or the pack itself)
+      len = len * 16 + static_cast<size_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    if (len == 0) break;                               // flush: the commands end here
+    if (len < 4 || pos + len > body.size()) break;     // malformed or cut short
+    std::string line = body.substr(pos + 4, len - 4);
+    pos += len;
+    line = line.substr(0, line.find('\0'));          // capabilities follow the first command
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    size_t a = line.find(' ');
+    size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
+    if (b == std::string::npos) continue;              // shallow, push-cert, ...
+    GitRefUpdate u{line.substr(0, a), line.substr(a + 1, b - a - 1), line.substr(b + 1)};
+    if (is_id(u.old_id) && is_id(u.new_id) && !u.ref.empty()) out.push_back(std::move(u));
+  }
+  return out;
+}
+
+namespace {
+// The first `limit` bytes of a gzip stream (enough for the ref commands; the pack follows).
+std::string GunzipHead(const std::string& in, size_t limit) {
+  std::string out;
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(std::min<size_t>(in.size(), UINT32_MAX));
+  char buf[16384];
+  while (out.size() < limit) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    int rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - z.avail_out);
+    if (rc != Z_OK) break;
+  }
+  inflateEnd(&z);
+  return out;
+}
+}  // namespace
+// --- end issue 18 ---
+
 // ---------------------------------------------------------------------------------------------
 // GitHttpHandler
 
@@ -600,7 +653,15 @@ void GitHttpHandler::Serve(GitHttpRoute route, HttpRequest request,
   {
     FileLock shared(d.lock_path, LOCK_SH);  // waits while an upkeep run holds it exclusively
     if (!shared.held()) spdlog::warn("git: domain {}: cannot lock {}", d.name, d.lock_path);
-    RunCgi(route, request, d, responder, &exit_code);
+    // Issue 18: the landed updates are told before the client hears the push is done.
+    std::function<void(int)> landed;
+    if (options_.refs_updated)
+      landed = [&](int code) {
+        if (code != 0) return;
+        auto updates = LandedUpdates(d, request);
+        if (!updates.empty()) options_.refs_updated(route.domain, updates);
+      };
+    RunCgi(route, request, d, responder, &exit_code, landed);
   }
   {
     std::lock_guard<std::mutex> lock(d.mu);
@@ -615,8 +676,48 @@ void GitHttpHandler::Serve(GitHttpRoute route, HttpRequest request,
   MaybeUpkeep(d);
 }
 
+// Issue 18: the updates the push asked for that the repository now holds (one for-each-ref,
+// run under the push's shared repo.lock). Reading the refs after git is done, rather than
+// trusting a hook or a diff of the refs before and after, leaves out refused updates and those a
+// concurrent push to the same branch overwrote (that push reports its own).
+std::vector<std::pair<std::string, std::string>> GitHttpHandler::LandedUpdates(
+    DomainState& d, const HttpRequest& request) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto enc = request.headers.find("content-encoding");
+  const bool gzip = enc != request.headers.end() && enc->second.find("gzip") != std::string::npos;
+  std::vector<GitRefUpdate> asked =
+      ParseReceivePackCommands(gzip ? GunzipHead(request.body, 1 << 20) : request.body);
+  GitCommand cmd;
+  cmd.args = {"for-each-ref", "--format=%(objectname) %(refname)"};
+  for (const GitRefUpdate& u : asked)
+    if (u.ref.rfind("refs/heads/", 0) == 0 && u.new_id.find_first_not_of('0') != std::string::npos)
+      cmd.args.push_back(u.ref);
+  if (cmd.args.size() == 2 || !d.repo) return out;
+  cmd.home = state_dir_ + "/home";
+  cmd.timeout_ms = 30 * 1000;
+  GitResult r;
+  Status s = d.repo->RunGit(cmd, &r);
+  if (!s.ok() || r.exit_code != 0) {
+    spdlog::warn("git: domain {}: cannot read the pushed refs: {}", d.name,
+                 s.ok() ? r.ErrorSummary() : s.ToString());
+    return out;
+  }
+  std::map<std::string, std::string> now;  // ref -> value
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    size_t sp = line.find(' ');
+    if (sp != std::string::npos) now[line.substr(sp + 1)] = line.substr(0, sp);
+  }
+  for (const GitRefUpdate& u : asked) {
+    auto it = now.find(u.ref);
+    if (it != now.end() && it->second == u.new_id) out.emplace_back(u.ref, u.new_id);
+  }
+  return out;
+}
+
 void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& request, DomainState& d,
-                            const std::shared_ptr<HttpResponder>& responder, int* exit_code) {
+                            const std::shared_ptr<HttpResponder>& responder, int* exit_code,
+                            const std::function<void(int exit_code)>& before_finish) {
   GitCgiSettings settings;
   settings.project_root = d.project_root;
   settings.repo_dir = d.repo_dir;
@@ -763,6 +864,7 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
     spdlog::warn("git: domain {}: git-http-backend {} exit {}: {}", d.name, route.path_info,
                  *exit_code, first.substr(0, 300));
   }
+  if (before_finish && !stalled) before_finish(*exit_code);  // issue 18
   if (stalled) return responder->Abort();  // a cut-short stream must not look complete
   if (started) return responder->Finish();
   responder->Reply(

@@ -144,6 +144,21 @@ class CgiHeaderParser {
 std::string PreReceiveHookScript(const std::string& kiln_exe = std::string(),
                                  const TreeLimits& limits = TreeLimits());
 
+// --- issue 18: build on push ---
+/// One ref update a receive-pack request asks for ("<old> <new> <ref>"). Plain value type.
+struct GitRefUpdate {
+  std::string old_id;
+  std::string new_id;
+  std::string ref;
+};
+
+/// The ref updates at the start of a receive-pack request body (pkt-lines up to the first
+/// flush; capabilities after NUL dropped; shallow, push-cert and malformed lines skipped), in
+/// the order the client sent them. A body that does not start with pkt-lines (e.g. compressed)
+/// gives an empty list. Pure; thread-safe.
+std::vector<GitRefUpdate> ParseReceivePackCommands(const std::string& body);
+// --- end issue 18 ---
+
 class GitHttpHandler {
  public:
   struct Options {
@@ -165,6 +180,15 @@ class GitHttpHandler {
     /// When set, told (from a worker thread; must be thread-safe) after every push that git
     /// accepted (receive-pack exited 0), once the refs are updated.
     std::function<void(const std::string& domain)> pushed;
+    /// Issue 18 (build on push): when set, told (from a worker thread; must be thread-safe and
+    /// must not block) which refs a push updated, as (ref, new commit) in the push's order,
+    /// after receive-pack exited 0 and BEFORE the client gets the end of the response, so
+    /// anything the client does after its push sees the notification first. Only the updates
+    /// the request asked for whose ref now holds the requested value are listed (refused
+    /// updates, deletions and updates a concurrent push overwrote are left out).
+    std::function<void(const std::string& domain,
+                       const std::vector<std::pair<std::string, std::string>>& refs)>
+        refs_updated;
     /// Issue 15: absolute path of the kiln binary the pre-receive hook runs for the push
     /// limits (domains.<d>.push); `kiln serve` sets its own (/proc/self/exe). Empty: the hook
     /// checks names only (checkouts still enforce the tree limits).
@@ -211,8 +235,13 @@ class GitHttpHandler {
 
   DomainState* FindDomain(const std::string& domain);
   void Serve(GitHttpRoute route, HttpRequest request, std::shared_ptr<HttpResponder> responder);
+  // `before_finish` (may be empty) runs once the CGI exited, before the response is finished.
   void RunCgi(const GitHttpRoute& route, const HttpRequest& request, DomainState& d,
-              const std::shared_ptr<HttpResponder>& responder, int* exit_code);
+              const std::shared_ptr<HttpResponder>& responder, int* exit_code,
+              const std::function<void(int exit_code)>& before_finish = {});
+  // Issue 18: the updates of `request` that landed, for Options::refs_updated.
+  std::vector<std::pair<std::string, std::string>> LandedUpdates(DomainState& d,
+                                                                 const HttpRequest& request);
   Status WriteBusyFile(DomainState& d, const std::set<std::string>& branches);
   void MaybeUpkeep(DomainState& d);
   void ReapFinished();  // joins workers that finished; requires mu_

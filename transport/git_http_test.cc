@@ -263,6 +263,38 @@ TEST(PreReceiveHookTest, AcceptsExactlyTheBranchesValidateRefAccepts) {
 // ---------------------------------------------------------------------------------------------
 // End to end: the real git client against a real HttpServer on 127.0.0.1.
 
+// --- issue 18: build on push ---
+std::string Pkt(const std::string& payload) {
+  char len[5];
+  std::snprintf(len, sizeof(len), "%04zx", payload.size() + 4);
+  return len + payload;
+}
+
+TEST(ParseReceivePackCommandsTest, ReadsTheRefUpdatesBeforeTheFlush) {
+  const std::string a(40, 'a'), b(40, 'b'), z(40, '0');
+  std::string body = Pkt(z + " " + a + " refs/heads/c1" + std::string(1, '\0') +
+                         " report-status side-band-64k\n") +
+                     Pkt("shallow " + b + "\n") + Pkt(a + " " + b + " refs/heads/c2\n") +
+                     Pkt(b + " " + z + " refs/heads/gone\n") + Pkt("garbage line\n") + "0000" +
+                     "PACK" + std::string(10, '\x01');
+  auto u = ParseReceivePackCommands(body);
+  ASSERT_EQ(u.size(), 3u);
+  EXPECT_EQ(u[0].ref, "refs/heads/c1");
+  EXPECT_EQ(u[0].old_id, z);
+  EXPECT_EQ(u[0].new_id, a);
+  EXPECT_EQ(u[1].ref, "refs/heads/c2");
+  EXPECT_EQ(u[1].new_id, b);
+  EXPECT_EQ(u[2].new_id, z);  // a deletion, listed as asked
+}
+
+TEST(ParseReceivePackCommandsTest, AnythingElseGivesNothing) {
+  EXPECT_TRUE(ParseReceivePackCommands("").empty());
+  EXPECT_TRUE(ParseReceivePackCommands("\x1f\x8b\x08 compressed").empty());
+  EXPECT_TRUE(ParseReceivePackCommands("00ff" + std::string(10, 'x')).empty());  // cut short
+  EXPECT_TRUE(ParseReceivePackCommands(Pkt("short refs/heads/x\n")).empty());
+}
+// --- end issue 18 ---
+
 struct RawResponse {
   int status = 0;
   std::map<std::string, std::string> headers;
@@ -708,6 +740,43 @@ TEST_F(GitHttpE2ETest, BusyBranchesCallbackIsAskedBeforeEachPush) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("a build of it is running"), std::string::npos) << r.err;
   EXPECT_GE(asked.load(), 2);
+}
+
+// Issue 18: the landed updates are told before the push's response ends, in push order; refused
+// updates and deletions are not.
+TEST_F(GitHttpE2ETest, LandedRefUpdatesAreToldBeforeThePushReturns) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> told;
+  options_.refs_updated = [&](const std::string& domain,
+                              const std::vector<std::pair<std::string, std::string>>& refs) {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(domain, "demo");
+    for (const auto& r : refs) told.push_back(r);
+  };
+  Start();
+  std::string a = Clone("a");
+  std::string c1 = Commit(a, "f", "1");
+  GitOk(a, {"push", "-q", "origin", "HEAD:refs/heads/c1"});
+  {
+    std::lock_guard<std::mutex> l(mu);  // told before `git push` returned
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_EQ(told[0], std::make_pair(std::string("refs/heads/c1"), c1));
+    told.clear();
+  }
+  std::string c2 = Commit(a, "g", "2");
+  GitOk(a, {"push", "-q", "origin", "HEAD:refs/heads/zz", "HEAD:refs/heads/c2", "HEAD:refs/heads/c1"});
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(told.size(), 3u);
+    for (const auto& [ref, commit] : told) EXPECT_EQ(commit, c2) << ref;
+    told.clear();
+  }
+  // Refused by the pre-receive hook (not a branch): nothing is told.
+  GitResult r = Git(a, {"push", "origin", "HEAD:refs/tags/v1"});
+  EXPECT_NE(r.exit_code, 0);
+  GitOk(a, {"push", "-q", "origin", "--delete", "zz"});
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_TRUE(told.empty()) << told[0].first;
 }
 
 TEST_F(GitHttpE2ETest, PushesOverTheSizeLimitAreRefused) {

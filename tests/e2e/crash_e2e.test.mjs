@@ -313,7 +313,7 @@ before(async () => {
       fast: {
         token_sha256: [sha(tokens.fast)],
         max_parallel_builds: 2,  // its "two candidates building at once" point needs both slots
-        build: { mode: "layered", timeout_s: 300, layered: {
+        build: { mode: "layered", timeout_s: 300, on_push: false, layered: {  // issue 18: kill points are timed against build calls
           base_image: `127.0.0.1:${REG_PORT}/kiln/busybox@${digest}`,
           command: ["go", "build", "-o", "out/app", "./cmd/epp"],
           env: { CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" },
@@ -324,7 +324,7 @@ before(async () => {
       },
       slow: {
         token_sha256: [sha(tokens.slow)],
-        build: { mode: "containerfile", timeout_s: 900 },
+        build: { mode: "containerfile", timeout_s: 900, on_push: false },  // issue 18
         image: { registry: "local", repository: "crash/slow" },
         deploy: { type: "none" },
       },

@@ -195,7 +195,7 @@ function layeredDomain(domain, { registry = "direct", host = `127.0.0.1:${REG_PO
   command = ["go", "build", "-o", "out/app", "./cmd/epp"], deploy } = {}) {
   return {
     token_sha256: [sha(token(domain))],
-    build: { mode: "layered", timeout_s: timeout, layered: {
+    build: { mode: "layered", timeout_s: timeout, on_push: false, layered: {  // issue 18: faults are set between pushes and build calls
       base_image: `${host}/kiln/busybox@${busybox}`,
       command,
       env: { GOFLAGS: "-buildvcs=false" },
@@ -393,7 +393,7 @@ test("a hanging build times out: failed with a timeout error, no process survive
     domains: {
       // The candidate's own build.sh is the compile command: a candidate can make it hang.
       hl: layeredDomain("hl", { timeout: 5, command: ["/bin/sh", "./build.sh"] }),
-      hc: { token_sha256: [sha(token("hc"))], build: { mode: "containerfile", timeout_s: 45 },
+      hc: { token_sha256: [sha(token("hc"))], build: { mode: "containerfile", timeout_s: 45, on_push: false },
             image: { registry: "direct", repository: "faults/hc" } },
       ho: layeredDomain("ho"),
     },
