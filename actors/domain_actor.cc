@@ -507,9 +507,6 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
           caf::anon_send(cand, build_atom::value, std::move(req), caf::actor{});
         }
       },
-      [=](started_atom, const BuildId& id, const std::string& candidate) {
-        RememberBuild(self, id, candidate);
-      },
       [=](shutdown_atom) {
         auto& s = self->state;
         s.stopping = true;
