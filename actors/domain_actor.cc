@@ -457,6 +457,12 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
                            caf::make_message(log_atom::value, id, static_cast<uint64_t>(offset),
                                              static_cast<uint64_t>(limit)));
         }
+        if (tool == "build_result") {  // issue 17: MCP tasks/get (not an MCP tool)
+          std::string id;
+          Status st = ParseBuildIdArg(call.arguments, &id);
+          if (!st.ok()) return Error(st.message());
+          return ByBuildId(self, id, caf::make_message(status_atom::value, id));
+        }
         if (tool == "cancel_build") {
           std::string id;
           Status st = ParseBuildIdArg(call.arguments, &id);
