@@ -763,7 +763,8 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
                   [=](caf::error&) mutable { rp.deliver(ToolResult{StatusJson(self, -1), false}); });
         return rp;
       },
-      // Issue 17 (MCP tasks): one build's result by id, as build_candidate renders it.
+      // Issue 17 (MCP tasks/get): (status_atom, BuildId) -> ToolResult: that build's result, as
+      // build_candidate renders it (with its queue position while queued).
       [=](status_atom, const BuildId& id) -> caf::result<ToolResult> {
         auto& s = self->state;
         auto it = s.records.find(id);

@@ -15,7 +15,6 @@
 //               (summary_atom, CandidateSummary)                   from its candidates
 //   candidate:  (build_atom, BuildRequest, actor sink)             -> ToolResult
 //               (status_atom)                                      -> ToolResult
-//               (status_atom, BuildId)                             -> ToolResult  (that build)
 //               (lookup_atom, BuildId or "")                       -> ToolResult
 //                   {build_id, candidate, commit, image, digest, order} of that build
 //                   (or of the latest successful one); is_error when not deployable

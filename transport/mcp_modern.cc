@@ -360,6 +360,7 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
       call.call.tool = "cancel_build";
     }
     call.call.arguments = {{"build_id", ref->build_id}};
+    if (call.kind == McpCallKind::kTaskGet) call.call.arguments["candidate"] = ref->candidate;
   } else {
     d.reply = Json(404, JsonRpcError(id, rpc::kMethodNotFound,
                                      "Method not found: " + method.substr(0, 64) +
