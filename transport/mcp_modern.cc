@@ -199,6 +199,19 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
         std::string("Invalid params: _meta[\"") + kMetaProtocolVersion + "\"] must be a string");
   }
   const std::string version = claim.get<std::string>();
+  if (has_id && !request.protocol_version) {
+    return fail(400, id, rpc::kHeaderMismatch,
+                "Header mismatch: the MCP-Protocol-Version header is required (it must equal "
+                "_meta protocolVersion " +
+                    version.substr(0, 64) + ")");
+  }
+  if (request.protocol_version && *request.protocol_version != version) {
+    return fail(400, id, rpc::kHeaderMismatch,
+                "Header mismatch: MCP-Protocol-Version header '" +
+                    request.protocol_version->substr(0, 64) +
+                    "' differs from _meta protocolVersion '" + version.substr(0, 64) + "'");
+  }
+
   if (!IsSupportedModernVersion(version)) {
     d.reply =
         Json(400, ErrorWithData(id, rpc::kUnsupportedProtocolVersion,
@@ -208,19 +221,6 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
                                 {{"supported", SupportedVersions()}, {"requested", version}}));
     return d;
   }
-  if (has_id && !request.protocol_version) {
-    return fail(400, id, rpc::kHeaderMismatch,
-                "Header mismatch: the MCP-Protocol-Version header is required (it must equal "
-                "_meta protocolVersion " +
-                    version + ")");
-  }
-  if (request.protocol_version && *request.protocol_version != version) {
-    return fail(400, id, rpc::kHeaderMismatch,
-                "Header mismatch: MCP-Protocol-Version header '" +
-                    request.protocol_version->substr(0, 64) +
-                    "' differs from _meta protocolVersion '" + version + "'");
-  }
-
   // 3. Envelope.
   auto caps = meta->find(kMetaClientCapabilities);
   if (caps == meta->end() || !caps->is_object()) {

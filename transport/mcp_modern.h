@@ -10,10 +10,10 @@
 // Validation ladder (the first failing rung answers):
 //   1. JSON-RPC shape: an object with jsonrpc "2.0", a string method, a valid id -> else 400
 //      -32600 (a posted response or batch is refused the same way);
-//   2. version: `_meta` protocolVersion must be a supported modern version -> else 400
-//      UnsupportedProtocolVersion -32022 with data {supported, requested}; the
-//      MCP-Protocol-Version header must be present and equal it -> else 400 HeaderMismatch
-//      -32020; a modern header without the `_meta` claim -> 400 -32602;
+//   2. version: a modern header without the `_meta` claim -> 400 -32602; the
+//      MCP-Protocol-Version header must be present and equal the claim -> else 400
+//      HeaderMismatch -32020; the claim must be a supported modern version -> else 400
+//      UnsupportedProtocolVersion -32022 with data {supported, requested};
 //   3. envelope: clientCapabilities an object, clientInfo an object when present, logLevel a
 //      known level when present -> else 400 -32602;
 //   4. Mcp-Method must equal the body method; Mcp-Name must equal params.name (tools/call) or

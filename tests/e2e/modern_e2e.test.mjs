@@ -54,8 +54,10 @@ async function connect(token = tokenA) {
   const client = new Client({ name: "kiln-modern-e2e", version: "1.0.0" },
     { versionNegotiation: { mode: { pin: VERSION } } });
   await client.connect(transport);
+  openClients.push(client);
   return client;
 }
+const openClients = [];  // closed in after(), also when a test failed halfway
 
 const clientInfo = { name: "kiln-modern-e2e-raw", version: "1.0.0" };
 const clientCapabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
@@ -80,6 +82,7 @@ async function raw(method, params = {}, { token = tokenA, headers = {}, tasks = 
 }
 
 // ext-tasks' raw dispatch for 2026-07-28 task wire shapes: POST the framed request as is.
+const dispatched = [];  // [request, response] pairs, for failure messages
 async function rawDispatch(request) {
   const p = request.params ?? {};
   const name = p.name ?? p.taskId;
@@ -89,7 +92,9 @@ async function rawDispatch(request) {
       "MCP-Protocol-Version": VERSION, "Mcp-Method": request.method, ...(name ? { "Mcp-Name": name } : {}) },
     body: JSON.stringify(request),
   });
-  return await res.json();
+  const response = await res.json();
+  dispatched.push([request, response]);
+  return response;
 }
 
 async function pollTask(taskId, until = (t) => t.status !== "working", limit = 6000) {
@@ -136,6 +141,7 @@ before(async () => {
 });
 
 after(async () => {
+  await Promise.all(openClients.map((c) => c.close().catch(() => {})));
   if (kiln && kiln.exitCode === null && kiln.signalCode === null) {
     kiln.kill("SIGTERM");
     await kiln.exited;
@@ -195,7 +201,12 @@ test("ext-tasks: a build is a task polled to completion", async () => {
     v2RequestFraming: { protocolVersion: VERSION, clientInfo, clientCapabilities: {} },
   });
   try {
-    const execution = await session.callTool("build_candidate", { candidate: "good2" });
+    let execution;
+    try {
+      execution = await session.callTool("build_candidate", { candidate: "good2" });
+    } catch (e) {
+      throw new Error(`${e.message}: ${e.cause?.message ?? ""}\n${JSON.stringify(dispatched.slice(-2))}`);
+    }
     const { outcome } = await execution.settle();
     const result = resultFromTaskOutcome(outcome);
     assert.equal(result.structuredContent.status, "succeeded", JSON.stringify(result));
