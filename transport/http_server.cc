@@ -287,18 +287,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return fn();
     if (gen != gen_ || complete_) return;
     close_hooks_.push_back(std::move(fn));
-    if (watching_) return;
+    if (!watching_) ArmCloseWatch();  // else the pending wait re-arms for this request
+  }
+
+  // A wait armed for an earlier request on this keep-alive connection may complete because
+  // this request's bytes arrived (and were read since): it only re-arms for the current one.
+  void ArmCloseWatch() {
     watching_ = true;
-    stream_.socket().async_wait(tcp::socket::wait_read,
-                                [self = shared_from_this()](beast::error_code ec) {
-                                  self->watching_ = false;
-                                  if (ec || self->closed_ || self->complete_ ||
-                                      self->close_hooks_.empty())
-                                    return;
-                                  beast::error_code aec;
-                                  if (self->stream_.socket().available(aec) > 0 && !aec) return;
-                                  self->Close();
-                                });
+    const uint64_t armed = gen_;
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this(), armed](beast::error_code ec) {
+          self->watching_ = false;
+          if (ec || self->closed_ || self->complete_ || self->close_hooks_.empty()) return;
+          if (armed != self->gen_) return self->ArmCloseWatch();
+          beast::error_code aec;
+          if (self->stream_.socket().available(aec) > 0 && !aec) return;
+          self->Close();
+        });
   }
 
   void Finish(uint64_t gen) {

@@ -81,9 +81,12 @@ async function raw(method, params = {}, { token = tokenA, headers = {}, tasks = 
   return { status: res.status, body: text ? JSON.parse(text) : null };
 }
 
-// ext-tasks' raw dispatch for 2026-07-28 task wire shapes: POST the framed request as is.
+// ext-tasks' raw dispatch for 2026-07-28 task wire shapes: the framed {method, params} as one
+// JSON-RPC request; answers the JSON-RPC response.
 const dispatched = [];  // [request, response] pairs, for failure messages
-async function rawDispatch(request) {
+let nextId = 1;
+async function rawDispatch(framed) {
+  const request = { jsonrpc: "2.0", id: nextId++, ...framed };
   const p = request.params ?? {};
   const name = p.name ?? p.taskId;
   const res = await fetch(url, {
@@ -149,6 +152,8 @@ after(async () => {
   try { sh(path.join(root, "scripts/registry.sh"), ["stop", "--dir", regDir]); } catch {}
   if (process.env.KILN_E2E_KEEP) console.log(`kept ${dir}`); else fs.rmSync(dir, { recursive: true, force: true });
   assert.ok(!kilnLog.includes(tokenA) && !kilnLog.includes(tokenB), "tokens never reach the log");
+  // A client left mid-request by a failed test may hold timers: never let it hang the run.
+  setTimeout(() => process.exit(), 2000).unref();
 });
 
 test("v2 client: discover (modern era, no session) and tools/list", async () => {

