@@ -832,8 +832,7 @@ TEST_F(HttpServerTest, ModernStreamClosedMidBuildFreesItsSlotAndKeepsTheBuild) {
   std::vector<json> events = SseMessages(r.body);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["result"]["resultType"], "complete");
-  EXPECT_EQ(events.back()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
-            "kiln");
+  EXPECT_EQ(events.back()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "kiln");
   EXPECT_EQ(Mcp(c, {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}).status, 400)
       << "a session-less legacy request still needs its session";
 }
