@@ -144,7 +144,10 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all(openClients.map((c) => c.close().catch(() => {})));
+  // A client left mid-request by a failed test may hold timers or hang in close(): never let
+  // it hang the run (the exit keeps the exit code the test runner set).
+  setTimeout(() => process.exit(), 60_000).unref();
+  await Promise.race([Promise.all(openClients.map((c) => c.close().catch(() => {}))), sleep(3000)]);
   if (kiln && kiln.exitCode === null && kiln.signalCode === null) {
     kiln.kill("SIGTERM");
     await kiln.exited;
@@ -152,7 +155,6 @@ after(async () => {
   try { sh(path.join(root, "scripts/registry.sh"), ["stop", "--dir", regDir]); } catch {}
   if (process.env.KILN_E2E_KEEP) console.log(`kept ${dir}`); else fs.rmSync(dir, { recursive: true, force: true });
   assert.ok(!kilnLog.includes(tokenA) && !kilnLog.includes(tokenB), "tokens never reach the log");
-  // A client left mid-request by a failed test may hold timers: never let it hang the run.
   setTimeout(() => process.exit(), 2000).unref();
 });
 
