@@ -836,6 +836,25 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
                   [=](caf::error&) mutable { rp.deliver(ToolResult{StatusJson(self, -1), false}); });
         return rp;
       },
+      // Issue 17 (MCP tasks/get): (status_atom, BuildId) -> ToolResult: that build's result, as
+      // build_candidate renders it (with its queue position while queued).
+      [=](status_atom, const BuildId& id) -> caf::result<ToolResult> {
+        auto& s = self->state;
+        auto it = s.records.find(id);
+        if (it == s.records.end()) return ToolResult{ErrorJson("build '" + id + "' not found"), true};
+        ToolResult r = ResultOf(it->second);
+        if (it->second.snap.status != BuildStatus::kQueued) return r;
+        auto rp = self->make_response_promise();
+        self->request(s.scheduler, std::chrono::seconds(5), position_atom::value, id)
+            .then(
+                [=](int64_t pos) mutable {
+                  ToolResult out = r;
+                  if (pos >= 0) out.structured["queue_position"] = pos;
+                  rp.deliver(out);
+                },
+                [=](caf::error&) mutable { rp.deliver(r); });
+        return rp;
+      },
       [=](lookup_atom, const BuildId& wanted) -> ToolResult {
         auto& s = self->state;
         BuildId id = wanted;

@@ -457,6 +457,26 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
                            caf::make_message(log_atom::value, id, static_cast<uint64_t>(offset),
                                              static_cast<uint64_t>(limit)));
         }
+        if (tool == "build_result") {  // issue 17: MCP tasks/get (not an MCP tool)
+          std::string id;
+          nlohmann::json args = call.arguments;
+          std::string candidate;
+          if (args.is_object() && args.contains("candidate")) {
+            if (args["candidate"].is_string()) candidate = args["candidate"].get<std::string>();
+            args.erase("candidate");
+          }
+          Status st = ParseBuildIdArg(args, &id);
+          if (!st.ok()) return Error(st.message());
+          // The task names its candidate: route there (also for builds older than the ones
+          // RememberBuild keeps); the candidate knows only its own builds.
+          if (!candidate.empty()) {
+            if (auto cand = Candidate(self, candidate, false)) {
+              self->delegate(cand, status_atom::value, id);
+              return caf::delegated<ToolResult>{};
+            }
+          }
+          return ByBuildId(self, id, caf::make_message(status_atom::value, id));
+        }
         if (tool == "cancel_build") {
           std::string id;
           Status st = ParseBuildIdArg(call.arguments, &id);

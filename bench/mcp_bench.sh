@@ -4,6 +4,9 @@
 # latency percentiles, plus the p50 of a single client (1 connection) for a call that needs no
 # build. Bounded: each wrk run lasts DURATION seconds on 127.0.0.1 and stops by itself.
 #
+# Issue 17: the same 64-client load on protocol 2026-07-28 (no session), and tasks/get p50 of a
+# build task (1 client), reported beside the 2025-11-25 numbers.
+#
 #   bench/mcp_bench.sh     env: KILN (build/app/kiln), DURATION (10), BENCH_REGISTRY_DIR/PORT
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -72,6 +75,32 @@ many=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/status.lua" "http://127
 { cat "$WORK/status.lua"; echo 'delay = function() return 28 end'; } > "$WORK/paced.lua"
 paced=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/paced.lua" "http://127.0.0.1:$PORT/mcp" | grep RESULT)
 one=$(wrk -t1 -c1 -d"${DURATION}s" --latency -s "$WORK/status.lua" "http://127.0.0.1:$PORT/mcp" | grep RESULT)
+# --- MCP 2026-07-28 (issue 17): the same load without a session, and tasks/get ---------------
+META='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}},"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"}}'
+M=(-H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" -H "Accept: application/json" -H "MCP-Protocol-Version: 2026-07-28")
+TASK=$(curl -s "${M[@]}" -H "Mcp-Method: tools/call" -H "Mcp-Name: build_candidate" "http://127.0.0.1:$PORT/mcp" \
+  -d "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"build_candidate\",\"arguments\":{\"candidate\":\"s1\"},$META}}" |
+  sed -n 's/.*"taskId":"\([^"]*\)".*/\1/p')
+modern_lua() {  # $1 method, $2 Mcp-Name, $3 params (without _meta)
+  cat <<LUA
+wrk.method = "POST"
+wrk.body = '{"jsonrpc":"2.0","id":7,"method":"$1","params":{$3,$META}}'
+wrk.headers["Authorization"] = "Bearer $TOKEN"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json"
+wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+wrk.headers["Mcp-Method"] = "$1"
+wrk.headers["Mcp-Name"] = "$2"
+LUA
+  sed -n '/^done = function/,$p' "$WORK/status.lua"
+}
+modern_lua tools/call candidate_status '"name":"candidate_status","arguments":{"candidate":"s1"}' > "$WORK/modern.lua"
+modern_lua tasks/get "$TASK" "\"taskId\":\"$TASK\"" > "$WORK/taskget.lua"
+mmany=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/modern.lua" "http://127.0.0.1:$PORT/mcp" | grep RESULT)
+tget=$(wrk -t1 -c1 -d"${DURATION}s" --latency -s "$WORK/taskget.lua" "http://127.0.0.1:$PORT/mcp" | grep RESULT)
+echo "2026-07-28, 64 clients, 2 builds running: $mmany"
+echo "2026-07-28, tasks/get, 1 client:          $tget"
+
 echo "64 clients, 2 builds running: $many"
 echo "64 clients paced (~2000/s):   $paced"
 echo "1 client,   2 builds running: $one"
@@ -81,6 +110,9 @@ cat > "$OUT/mcp.json" <<JSON
   "c64": {"rps": $(kv "$many" rps), "p50_ms": $(kv "$many" p50_ms), "p99_ms": $(kv "$many" p99_ms), "errors": $(kv "$many" errors)},
   "c64_paced": {"rps": $(kv "$paced" rps), "p50_ms": $(kv "$paced" p50_ms), "p99_ms": $(kv "$paced" p99_ms), "errors": $(kv "$paced" errors)},
   "c1":  {"rps": $(kv "$one" rps), "p50_ms": $(kv "$one" p50_ms), "p99_ms": $(kv "$one" p99_ms), "errors": $(kv "$one" errors)},
-  "targets": {"c64_p99_ms_max": 20, "c64_rps_min": 2000, "c1_p50_ms_max": 2} }
+  "modern_c64": {"rps": $(kv "$mmany" rps), "p50_ms": $(kv "$mmany" p50_ms), "p99_ms": $(kv "$mmany" p99_ms), "errors": $(kv "$mmany" errors)},
+  "modern_tasks_get_c1": {"rps": $(kv "$tget" rps), "p50_ms": $(kv "$tget" p50_ms), "p99_ms": $(kv "$tget" p99_ms), "errors": $(kv "$tget" errors)},
+  "targets": {"c64_p99_ms_max": 20, "c64_rps_min": 2000, "c1_p50_ms_max": 2,
+              "modern_c64_p99_ms_max": 10, "modern_c64_rps_min": 3000, "modern_tasks_get_p50_ms_max": 1} }
 JSON
 echo "wrote $OUT/mcp.json"

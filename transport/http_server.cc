@@ -220,6 +220,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     closed_ = true;
     flow_->Close();
+    auto hooks = std::move(close_hooks_);
+    close_hooks_.clear();
+    for (auto& fn : hooks) fn();
     if (abort_timer_) abort_timer_->cancel();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -237,6 +240,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     out += body;
     complete_ = true;
+    close_hooks_.clear();
     Enqueue(std::move(out), 0);
   }
 
@@ -274,9 +278,38 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Close();
   }
 
+  // Issue 17: runs `fn` when the connection closes before response `gen` completed. While
+  // hooks are set, a wait for readability watches the socket: readable with nothing to read
+  // is the client's close (the request's stream ended), so the connection is closed and the
+  // hooks run. Data from the client (a pipelined request) ends the watch; it stays buffered
+  // in the socket for the next read.
+  void OnClose(uint64_t gen, std::function<void()> fn) {
+    if (closed_) return fn();
+    if (gen != gen_ || complete_) return;
+    close_hooks_.push_back(std::move(fn));
+    if (!watching_) ArmCloseWatch();  // else the pending wait re-arms for this request
+  }
+
+  // A wait armed for an earlier request on this keep-alive connection may complete because
+  // this request's bytes arrived (and were read since): it only re-arms for the current one.
+  void ArmCloseWatch() {
+    watching_ = true;
+    const uint64_t armed = gen_;
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this(), armed](beast::error_code ec) {
+          self->watching_ = false;
+          if (ec || self->closed_ || self->complete_ || self->close_hooks_.empty()) return;
+          if (armed != self->gen_) return self->ArmCloseWatch();
+          beast::error_code aec;
+          if (self->stream_.socket().available(aec) > 0 && !aec) return;
+          self->Close();
+        });
+  }
+
   void Finish(uint64_t gen) {
     if (gen != gen_ || !streaming_ || complete_ || closed_) return;
     complete_ = true;
+    close_hooks_.clear();
     Enqueue(chunked_ ? "0\r\n\r\n" : "", 0);
   }
 
@@ -529,6 +562,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool http11_ = true;
   size_t body_limit_ = 0;  // the current request's body limit (by route), 0 before its header
   bool closed_ = false;
+  std::vector<std::function<void()>> close_hooks_;  // issue 17: see OnClose
+  bool watching_ = false;                           // an OnClose readability wait is pending
 
   friend class HttpServer::Impl;
 };
@@ -574,6 +609,13 @@ class Responder : public HttpResponder {
   }
   bool WaitWritable(std::chrono::steady_clock::time_point deadline) override {
     return flow_->Wait(deadline);
+  }
+  void OnClose(std::function<void()> fn) override {
+    uint64_t gen = gen_;
+    auto once = std::make_shared<std::function<void()>>(std::move(fn));
+    if (!HttpServer::Impl::PostTo(shared_, conn_,
+                                  [=](Connection& c) { c.OnClose(gen, [once] { (*once)(); }); }))
+      (*once)();  // already gone
   }
 
  private:
@@ -635,6 +677,8 @@ HttpServer::Impl::Impl(const Config& config, ToolBackend& backend, HttpServerOpt
   m.DeclareCounter("kiln_mcp_requests_total", "MCP HTTP requests by JSON-RPC method and status.");
   m.DeclareGauge("kiln_mcp_inflight_calls", "Tool calls running.");
   m.DeclareGauge("kiln_mcp_sessions", "Open MCP sessions.");
+  m.DeclareCounter("kiln_mcp_stream_closed_total",
+                   "2026-07-28 requests whose stream the client closed before the answer.");
   m.DeclareCounter("kiln_mcp_tool_calls_total", "Finished tool calls by tool and outcome.");
   m.DeclareHistogram("kiln_mcp_tool_call_seconds", "Tool call duration.",
                      {0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600});
@@ -981,6 +1025,8 @@ void HttpServer::Impl::HandleMcp(const HttpRequest& request,
   mr.session_id = request.Header("mcp-session-id");
   mr.protocol_version = request.Header("mcp-protocol-version");
   mr.body = request.body;
+  mr.mcp_method = request.Header("mcp-method");  // issue 17 (2026-07-28)
+  mr.mcp_name = request.Header("mcp-name");
   McpDecision d = shared_->handler.Handle(mr);
   if (!d.refused_by.empty()) CountRefusal(d.refused_by);
   if (d.evicted_sessions) {
@@ -1007,6 +1053,10 @@ struct CallRun {
   std::mutex mu;
   McpResponseStream stream;  // guarded by mu
   std::shared_ptr<HttpResponder> responder;
+  // Issue 17 (2026-07-28, one call per run): the call's slot was given back (answered, or
+  // its stream closed first), and whether the stream closed first. Guarded by mu.
+  bool slot_freed = false;
+  bool stream_closed = false;
 };
 
 }  // namespace
@@ -1021,6 +1071,18 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
   }
   std::shared_ptr<ServerShared> shared = shared_;
   const std::string session = decision.session_id;
+  if (decision.modern) {
+    // Closing the request's stream cancels the request: its slot is freed and its answer
+    // dropped. A build it started keeps running for other callers to join (docs/tools.md).
+    responder->OnClose([run, shared] {
+      std::lock_guard<std::mutex> lock(run->mu);
+      if (run->slot_freed) return;
+      run->slot_freed = true;
+      run->stream_closed = true;
+      shared->handler.ModernCallFinished();
+      shared->metrics.Increment("kiln_mcp_stream_closed_total", {});
+    });
+  }
   for (size_t i = 0; i < decision.calls.size(); ++i) {
     PendingCall call = decision.calls[i];
     auto progress = [run, i](const ToolProgress& p) {
@@ -1029,7 +1091,17 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
     };
     auto start = std::chrono::steady_clock::now();
     auto done = [run, i, shared, session, call, start](ToolResult result) {
-      bool cancelled = shared->handler.CallFinished(session, call);
+      bool cancelled = false;
+      if (call.modern) {
+        std::lock_guard<std::mutex> lock(run->mu);
+        cancelled = run->stream_closed;
+        if (!run->slot_freed) {
+          run->slot_freed = true;
+          shared->handler.ModernCallFinished();
+        }
+      } else {
+        cancelled = shared->handler.CallFinished(session, call);
+      }
       double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       shared->metrics.Increment("kiln_mcp_tool_calls_total",
@@ -1048,7 +1120,8 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
       }
     };
     uint64_t handle = backend_.Call(call.call, std::move(progress), std::move(done));
-    if (shared_->handler.CallStarted(session, call, handle)) backend_.Cancel(handle);
+    if (!call.modern && shared_->handler.CallStarted(session, call, handle))
+      backend_.Cancel(handle);
   }
 }
 

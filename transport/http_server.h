@@ -6,7 +6,8 @@
 // Nothing blocks an io thread: ToolBackend::Call/Cancel must return at once, and backend
 // callbacks (from any thread) only post onto the connection's strand. A client that
 // disconnects mid-call does not cancel the call (MCP: a dropped connection is not a
-// cancellation); its answer is dropped.
+// cancellation); its answer is dropped. Exception (issue 17): for a 2026-07-28 request,
+// closing its stream cancels the request (HttpResponder::OnClose; see docs/tools.md).
 //
 // Limits of the transport (docs/security.md, "Limits of the HTTP transport"):
 //   - authentication before the body: the server authorizes every request from its headers
@@ -152,6 +153,10 @@ class HttpResponder {
   /// Closes the connection without completing the response (a stream cut short must not look
   /// complete to the client).
   virtual void Abort() {}
+  /// Issue 17 (MCP 2026-07-28: closing a request's stream cancels it): `fn` runs once, on an io
+  /// thread, when the connection closes before this response completed (the client went away,
+  /// or the server stopped); never after the response completed. Must not block.
+  virtual void OnClose(std::function<void()> fn) { (void)fn; }
 };
 
 using RouteHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpResponder>)>;

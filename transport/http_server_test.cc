@@ -783,3 +783,59 @@ TEST_F(HttpServerTest, MetricsNeedTheOperatorTokenOnTheMainPortAndNothingNamesAD
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Issue 17: a 2026-07-28 request whose connection closes mid-build is cancelled at once (its
+// slot is freed before the build ends), while the build itself is not cancelled.
+TEST_F(HttpServerTest, ModernStreamClosedMidBuildFreesItsSlotAndKeepsTheBuild) {
+  FakeToolBackend::Options fake;
+  fake.build_duration = std::chrono::milliseconds(3000);
+  fake.progress_interval = std::chrono::milliseconds(50);
+  StartServer(fake);
+  json meta = {{"io.modelcontextprotocol/protocolVersion", "2026-07-28"},
+               {"io.modelcontextprotocol/clientCapabilities", json::object()}};
+  json body = ToolCall(5, "build_candidate", {{"candidate", "main"}});
+  body["params"]["_meta"] = meta;
+  body["params"]["_meta"]["progressToken"] = "p";
+  std::map<std::string, std::string> headers = McpHeaders();
+  headers["MCP-Protocol-Version"] = "2026-07-28";
+  headers["Mcp-Method"] = "tools/call";
+  headers["Mcp-Name"] = "build_candidate";
+  auto inflight = [&] {
+    return MetricsBody(*server_).find("kiln_mcp_inflight_calls 1\n") != std::string::npos;
+  };
+  {
+    Client gone(server_->port());
+    http::request<http::string_body> req(http::verb::post, "/mcp", 11);
+    req.set(http::field::host, "127.0.0.1");
+    for (const auto& [k, v] : headers) req.set(k, v);
+    req.body() = body.dump();
+    req.prepare_payload();
+    http::write(gone.socket(), req);
+    ASSERT_TRUE(WaitFor([&] { return backend_->calls().size() == 1; }));
+    ASSERT_TRUE(WaitFor(inflight));
+  }  // closes the stream mid-build
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricsBody(*server_).find("kiln_mcp_inflight_calls 0\n") != std::string::npos;
+  }));
+  EXPECT_TRUE(backend_->finished().empty()) << "the slot was freed before the build ended";
+  EXPECT_NE(MetricsBody(*server_).find("kiln_mcp_stream_closed_total 1\n"), std::string::npos);
+  ASSERT_TRUE(WaitFor([&] { return backend_->finished().size() == 1; }));
+  EXPECT_TRUE(backend_->cancelled().empty()) << "the build keeps running for others to join";
+
+  // The same call on a connection that stays open answers as SSE with resultType.
+  Client c(server_->port());
+  Response r = c.Send(http::verb::post, "/mcp", body.dump(), headers);
+  ASSERT_EQ(r.status, 200);
+  std::vector<json> events = SseMessages(r.body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["result"]["resultType"], "complete");
+  EXPECT_EQ(events.back()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "kiln");
+  EXPECT_EQ(Mcp(c, {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}).status, 400)
+      << "a session-less legacy request still needs its session";
+}
+
+}  // namespace
+}  // namespace kiln

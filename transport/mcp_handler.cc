@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/json_text.h"
+#include "transport/mcp_modern.h"
 
 namespace kiln {
 namespace {
@@ -191,11 +192,30 @@ McpHandler::McpHandler(Options options)
         if (!options.new_session_id) options.new_session_id = RandomHex128;
         return std::move(options);
       }()),
-      catalog_(options_.catalog) {}
+      catalog_(options_.catalog) {
+  McpModernDispatch::Options m;
+  m.server_version = options_.server_version;
+  m.instructions = options_.instructions;
+  m.task_ttl_ms = options_.task_ttl_ms;
+  m.task_poll_interval_ms = options_.task_poll_interval_ms;
+  m.wall_clock_ms = options_.wall_clock_ms;
+  modern_ = std::make_unique<McpModernDispatch>(std::move(m), catalog_, options_.tool_aliases);
+}
+
+McpHandler::~McpHandler() = default;
 
 McpDecision McpHandler::Handle(const McpRequest& request) {
   McpDecision d;
   d.metric_method = "http/" + request.http_method;
+  if (request.http_method != "POST" && request.protocol_version &&
+      IsModernMcpVersionName(*request.protocol_version)) {
+    // 2026-07-28 is POST-only: no GET stream, no session to DELETE.
+    d.reply = ErrorReply(405, rpc::kServerError,
+                         "Method Not Allowed: protocol " + request.protocol_version->substr(0, 16) +
+                             " uses POST only (no sessions, no GET stream)");
+    d.reply.headers.push_back({"Allow", "POST"});
+    return d;
+  }
   if (request.http_method == "GET") {
     // No server-initiated stream: kiln sends notifications only on POST streams.
     d.reply = ErrorReply(405, rpc::kServerError,
@@ -254,6 +274,16 @@ McpDecision McpHandler::HandlePost(const McpRequest& request) {
     return d;
   }
   d.metric_method = body.is_array() ? "batch" : MetricMethod(body);
+  if (ClassifyMcpEra(request.protocol_version, body) == McpEra::kModern) {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seq = next_seq_++;
+    }
+    McpDecision m = modern_->Handle(request, body, accept.sse || !accept.json, seq);
+    modern_inflight_ += m.calls.size();
+    return m;
+  }
   if (body.is_object() && body.value("method", json()) == "initialize") {
     return HandleInitialize(request, body);
   }
@@ -618,7 +648,13 @@ size_t McpHandler::InflightCalls() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   for (const auto& [id, s] : sessions_) n += s.inflight.size();
-  return n;
+  return n + modern_inflight_.load();
+}
+
+void McpHandler::ModernCallFinished() {
+  size_t n = modern_inflight_.load();
+  while (n > 0 && !modern_inflight_.compare_exchange_weak(n, n - 1)) {
+  }
 }
 
 std::optional<McpLogLevel> McpHandler::SessionLogLevel(const std::string& session_id) const {
@@ -660,6 +696,10 @@ McpResponseStream::McpResponseStream(const McpDecision& decision, std::string st
     : sse_(decision.sse),
       batch_(decision.batch),
       stream_id_(std::move(stream_id)),
+      calls_(decision.calls),
+      modern_(decision.modern),
+      result_meta_(decision.result_meta),
+      task_timing_(decision.task_timing),
       done_(decision.calls.size(), false),
       ready_(decision.ready_responses),
       remaining_(decision.calls.size()) {
@@ -692,10 +732,58 @@ std::string McpResponseStream::OnDone(size_t index, const ToolResult& result, bo
   done_[index] = true;
   trackers_[index].Finish();
   --remaining_;
-  json response = JsonRpcResult(request_ids_[index], ToolResultJson(result));
+  json response = Render(index, result);
   if (sse_) return cancelled ? "" : Event(response);
   ready_.push_back(std::move(response));
   return "";
+}
+
+json McpResponseStream::Render(size_t index, const ToolResult& result) const {
+  const json& id = request_ids_[index];
+  if (!modern_) return JsonRpcResult(id, ToolResultJson(result));
+  const PendingCall& call = calls_[index];
+  auto complete = [&](json r, const char* type = "complete") {
+    r["resultType"] = type;
+    r["_meta"] = result_meta_;
+    return JsonRpcResult(id, std::move(r));
+  };
+  // A backend "not found" (the build aged out of the history, or never existed) has no status.
+  const bool found = result.structured.is_object() && result.structured.contains("status");
+  switch (call.kind) {
+    case McpCallKind::kTool:
+      return complete(ToolResultJson(result));
+    case McpCallKind::kTaskCreate: {
+      if (!found || !BuildIsActive(result.structured) ||
+          !result.structured.value("build_id", json()).is_string()) {
+        return complete(ToolResultJson(result));  // a quick, final answer stays a plain result
+      }
+      TaskRef ref;
+      ref.domain = call.call.domain;
+      ref.kind = "build";
+      ref.build_id = result.structured["build_id"].get<std::string>();
+      ref.candidate = result.structured.value("candidate", json("")).is_string()
+                          ? result.structured.value("candidate", std::string())
+                          : std::string();
+      ref.created_ms = task_timing_.now_ms;
+      json task = TaskJson(ref, result, task_timing_);
+      task.erase("result");
+      return complete(std::move(task), "task");
+    }
+    case McpCallKind::kTaskGet:
+      if (!found || !call.task) {
+        return JsonRpcError(id, rpc::kInvalidParams,
+                            "Task not found: its build is no longer in the candidate's history "
+                            "(or never existed); call build_candidate again");
+      }
+      return complete(TaskJson(*call.task, result, task_timing_));
+    case McpCallKind::kTaskCancel:
+      if (!found) {
+        return JsonRpcError(id, rpc::kInvalidParams,
+                            "Task not found: its build is no longer in the candidate's history");
+      }
+      return complete(json::object());
+  }
+  return complete(ToolResultJson(result));
 }
 
 std::string McpResponseStream::JsonBody() const {

@@ -28,10 +28,12 @@
 // it). McpResponseStream and ProgressTracker are not thread-safe (one owner at a time).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -40,10 +42,13 @@
 #include <utility>
 #include <vector>
 
+#include "transport/mcp_tasks.h"
 #include "transport/tool_backend.h"
 #include "transport/tool_catalog.h"
 
 namespace kiln {
+
+class McpModernDispatch;
 
 inline constexpr const char* kMcpLatestProtocolVersion = "2025-11-25";
 inline constexpr const char* kMcpDefaultProtocolVersion = "2025-03-26";
@@ -89,6 +94,9 @@ struct McpRequest {
   std::optional<std::string> session_id;
   std::optional<std::string> protocol_version;
   std::string body;
+  // --- MCP 2026-07-28 (issue 17): standard request headers ---
+  std::optional<std::string> mcp_method;  // Mcp-Method
+  std::optional<std::string> mcp_name;    // Mcp-Name (may use the =?base64?...?= sentinel)
 };
 
 /// An immediate HTTP answer.
@@ -97,6 +105,14 @@ struct HttpReply {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string content_type;  // empty when there is no body
   std::string body;
+};
+
+/// How the answer to a dispatched call is rendered (MCP 2026-07-28, issue 17).
+enum class McpCallKind {
+  kTool,        // a CallToolResult
+  kTaskCreate,  // build_candidate as a task: CreateTaskResult while the build is active
+  kTaskGet,     // tasks/get: the task (backend tool "build_result")
+  kTaskCancel,  // tasks/cancel: an empty ack (backend tool "cancel_build")
 };
 
 /// A tools/call to hand to the ToolBackend.
@@ -108,6 +124,10 @@ struct PendingCall {
   std::string tool_name;  // as the client named it (may be an alias)
   std::optional<nlohmann::json> progress_token;
   bool log_progress = false;  // send progress as notifications/message (level info)
+  // --- MCP 2026-07-28 (issue 17) ---
+  bool modern = false;  // a stateless 2026-07-28 request (no session)
+  McpCallKind kind = McpCallKind::kTool;
+  std::optional<TaskRef> task;  // kTaskGet / kTaskCancel: the task the request names
 };
 
 struct McpDecision {
@@ -128,6 +148,10 @@ struct McpDecision {
   /// sessions were evicted to make room.
   std::string refused_by;
   size_t evicted_sessions = 0;
+  // --- MCP 2026-07-28 (issue 17) ---
+  bool modern = false;
+  nlohmann::json result_meta;  // modern: the _meta every result carries (serverInfo)
+  TaskTiming task_timing;      // modern: clock and hints for task results
 };
 
 class McpHandler {
@@ -151,9 +175,14 @@ class McpHandler {
     ToolCatalog::Options catalog;
     Clock clock;                 // default: steady_clock::now
     IdGenerator new_session_id;  // default: 128 random bits (OpenSSL RAND_bytes) as hex
+    // --- MCP 2026-07-28 (issue 17) ---
+    int64_t task_ttl_ms = 3600000;
+    int64_t task_poll_interval_ms = 1000;
+    std::function<int64_t()> wall_clock_ms;  // default: system clock (Unix milliseconds)
   };
 
   explicit McpHandler(Options options);
+  ~McpHandler();
   McpHandler(const McpHandler&) = delete;
   McpHandler& operator=(const McpHandler&) = delete;
 
@@ -177,6 +206,10 @@ class McpHandler {
   /// Sessions held by `domain`.
   size_t SessionCount(const std::string& domain) const;
   size_t InflightCalls() const;
+
+  /// MCP 2026-07-28: forgets a dispatched stateless call (finished, or its stream closed).
+  /// Call exactly once per modern PendingCall.
+  void ModernCallFinished();
 
   /// The log level a session set, if any (nullopt also for unknown sessions).
   std::optional<McpLogLevel> SessionLogLevel(const std::string& session_id) const;
@@ -215,6 +248,8 @@ class McpHandler {
 
   const Options options_;
   const ToolCatalog catalog_;
+  std::unique_ptr<McpModernDispatch> modern_;  // the 2026-07-28 era (issue 17)
+  std::atomic<size_t> modern_inflight_{0};
   mutable std::mutex mu_;
   std::map<std::string, Session> sessions_;  // guarded by mu_
   uint64_t next_seq_ = 1;                    // guarded by mu_
@@ -240,7 +275,9 @@ class ProgressTracker {
 };
 
 /// Assembles the answer to one POST that dispatched tool calls: SSE events as progress and
-/// results arrive, or one JSON body when everything finished. Not thread-safe.
+/// results arrive, or one JSON body when everything finished. For 2026-07-28 calls it renders
+/// each kind (McpCallKind): CallToolResult or CreateTaskResult, the task of tasks/get, the ack
+/// of tasks/cancel, all with resultType and the serverInfo _meta. Not thread-safe.
 class McpResponseStream {
  public:
   McpResponseStream(const McpDecision& decision, std::string stream_id);
@@ -261,12 +298,17 @@ class McpResponseStream {
 
  private:
   std::string Event(const nlohmann::json& message);
+  nlohmann::json Render(size_t index, const ToolResult& result) const;
 
   const bool sse_;
   const bool batch_;
   const std::string stream_id_;
   uint64_t next_event_ = 1;
   std::vector<nlohmann::json> request_ids_;
+  std::vector<PendingCall> calls_;  // kind, task and domain of each call
+  const bool modern_;
+  const nlohmann::json result_meta_;
+  const TaskTiming task_timing_;
   std::vector<ProgressTracker> trackers_;
   std::vector<bool> done_;
   std::vector<nlohmann::json> ready_;  // ready responses, then results as they come

@@ -5,5 +5,5 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export KILN="${1:-${KILN:-$here/../../build/app/kiln}}"
 cd "$here"
-[ -d node_modules/@modelcontextprotocol/sdk ] || npm install --no-audit --no-fund --loglevel=error
+[ -d node_modules/@modelcontextprotocol/sdk ] && [ -d node_modules/@modelcontextprotocol/client ] || npm install --no-audit --no-fund --loglevel=error
 exec node --test --test-concurrency=1 "${2:-kiln_e2e.test.mjs}"
