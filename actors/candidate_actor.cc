@@ -31,6 +31,8 @@
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
 #include "common/json_text.h"
+#include "storage/collector.h"    // issue 19: StorageGate
+#include "storage/lease_table.h"  // issue 19
 #include "workspace/checkout.h"
 #include "workspace/source_tree.h"
 
@@ -193,6 +195,7 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
   }
   if (st == BuildStatus::kSucceeded) s.latest_success = r.snap.id;
   if (s.env->busy) s.env->busy->Remove(s.env->domain, r.snap.id);
+  if (s.env->storage_leases) s.env->storage_leases->Drop(s.env->domain, s.name, r.snap.id);  // issue 19
   if (s.active && *s.active == r.snap.id) s.active.reset();
   SetStatus(self, r, st);  // also sends the candidate's summary
   if (r.log) {
@@ -346,11 +349,25 @@ void Execute(Self* self, const BuildId& id) {
   bool from_git = !r.req.source_dir.has_value();
   std::string commit = r.snap.commit;
   caf::actor me = caf::actor_cast<caf::actor>(self);
+  // Issue 19: the candidate's storage and workspace are leased until the build is final.
+  if (env->storage_leases) env->storage_leases->Hold(env->domain, s.name, job.build_id);
   env->work->Run([env, job, log, cancel, from_git, commit, me] {
     WorkDone d;
     d.id = job.build_id;
     d.phase = "build";
     auto t0 = Clock::now();
+    // Issue 19: waits while the collector deletes this candidate's things; a domain that stays
+    // over its storage budget does not build (infrastructure, naming the budget).
+    StorageLeaseTable::Use storage_use;
+    if (env->storage_leases) storage_use = env->storage_leases->Acquire(env->domain, job.candidate);
+    if (env->storage_gate) {
+      std::string refusal = env->storage_gate->Refusal(env->domain);
+      if (!refusal.empty()) {
+        d.status = Status::ResourceExhausted(refusal);
+        caf::anon_send(me, d);
+        return;
+      }
+    }
     if (from_git) {
       CheckoutStats cs;
       // Shared lock on the domain's repo.lock: repository upkeep (git gc, run by the git
@@ -524,6 +541,9 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
         auto cancel = rr.cancel;
         caf::actor me = caf::actor_cast<caf::actor>(self);
         env->work->Run([env, job, built, log, cancel, me, build_ms] {
+          StorageLeaseTable::Use storage_use;  // issue 19: the image is in the storage
+          if (env->storage_leases)
+            storage_use = env->storage_leases->Acquire(env->domain, job.candidate);
           PushResult pr = env->builder->Push(job, built, [&](std::string_view c) { log->Append(c); }, cancel.get());
           WorkDone d;
           d.id = job.build_id;

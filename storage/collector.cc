@@ -107,6 +107,7 @@ GcRunReport StorageCollector::RunOnce(GcLeases leases, bool dry_run, int64_t now
     for (const auto& k : leases_->Busy()) leases.busy_candidates.insert(k);
   GcBudgets budgets = BudgetsFromConfig(*config_);
   report.plan = PlanCollection(items, leases, budgets, now_ms);
+  for (const auto& it : items) report.bytes_by_kind[StorageKindName(it.kind)] += it.bytes;
   if (!dry_run) {
     for (const auto& del : report.plan.deletions) {
       std::string why;

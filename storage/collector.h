@@ -49,6 +49,7 @@ struct GcRunReport {
   int64_t freed_bytes = 0;
   size_t deleted = 0;
   std::vector<std::string> skipped;  // "<id>: <why>" (became busy, removal failed)
+  std::map<std::string, int64_t> bytes_by_kind;  // before the deletions, all domains
 };
 
 /// The policy's budgets from the config (GB are GiB).
