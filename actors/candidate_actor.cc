@@ -31,6 +31,7 @@
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
 #include "common/json_text.h"
+#include "builder/registry_client.h"  // issue 19: RegistryDeadlineScope
 #include "storage/collector.h"    // issue 19: StorageGate
 #include "storage/lease_table.h"  // issue 19
 #include "workspace/checkout.h"
@@ -308,6 +309,12 @@ void ReleaseLane(Self* self, Record& r) {
   self->send(self->state.scheduler, release_atom::value, self->state.env->dc->image.registry, r.snap.id);
 }
 
+// Issue 19: how a registry wait cut by the build's deadline is worded.
+std::string BuildDeadlineWords(const DomainEnv& env) {
+  return "the build's timeout (build.timeout_s = " + std::to_string(env.dc->build.timeout_s) +
+         " s)";
+}
+
 BuildJob MakeJob(const DomainEnv& env, const std::string& candidate, const Record& r) {
   BuildJob job;
   job.build_id = r.snap.id;
@@ -351,7 +358,10 @@ void Execute(Self* self, const BuildId& id) {
   caf::actor me = caf::actor_cast<caf::actor>(self);
   // Issue 19: the candidate's storage and workspace are leased until the build is final.
   if (env->storage_leases) env->storage_leases->Hold(env->domain, s.name, job.build_id);
-  env->work->Run([env, job, log, cancel, from_git, commit, me] {
+  // Issue 19: registry waits (layered base layers) count against the build's timeout.
+  const auto deadline = r.started + std::chrono::seconds(env->dc->build.timeout_s);
+  env->work->Run([env, job, log, cancel, from_git, commit, me, deadline] {
+    RegistryDeadlineScope registry_deadline(deadline, BuildDeadlineWords(*env));
     WorkDone d;
     d.id = job.build_id;
     d.phase = "build";
@@ -540,7 +550,10 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
         auto log = rr.log;
         auto cancel = rr.cancel;
         caf::actor me = caf::actor_cast<caf::actor>(self);
-        env->work->Run([env, job, built, log, cancel, me, build_ms] {
+        // Issue 19: the push counts against the build's timeout (a stalled registry fails it).
+        const auto deadline = rr.started + std::chrono::seconds(env->dc->build.timeout_s);
+        env->work->Run([env, job, built, log, cancel, me, build_ms, deadline] {
+          RegistryDeadlineScope registry_deadline(deadline, BuildDeadlineWords(*env));
           StorageLeaseTable::Use storage_use;  // issue 19: the image is in the storage
           if (env->storage_leases)
             storage_use = env->storage_leases->Acquire(env->domain, job.candidate);
