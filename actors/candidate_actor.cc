@@ -168,6 +168,17 @@ void TrimHistory(Self* self) {
     s.records.erase(id);
     s.history.pop_front();
   }
+  // Issue 19: only the newest builds keep their whole log in memory; older finished ones keep
+  // the tail (build_log of an older build starts at its first kept byte).
+  constexpr size_t kFullLogs = 4;
+  constexpr size_t kOldLogTail = 64 << 10;
+  size_t seen = 0;
+  for (auto h = s.history.rbegin(); h != s.history.rend(); ++h) {
+    if (++seen <= kFullLogs) continue;
+    auto it = s.records.find(*h);
+    if (it == s.records.end() || !IsFinal(it->second.snap.status) || !it->second.log) continue;
+    if (it->second.log->held_bytes() > kOldLogTail) it->second.log->Shrink(kOldLogTail);
+  }
 }
 
 // The cancel token of every finished build: already cancelled and shared, so the up to
