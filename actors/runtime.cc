@@ -96,11 +96,13 @@ struct Runtime::Impl {
   std::shared_ptr<StorageGate> storage_gate = std::make_shared<StorageGate>();
   std::unique_ptr<StorageCollector> collector;  // null when not persisting (`kiln build`)
   std::thread gc_thread;
-  void CollectOnce();
+  int64_t CollectOnce();
+  std::mutex gc_mu;  // one collection at a time (background thread, CollectStorageNow)
   // --- end issue 19 ---
 };
 
-void Runtime::Impl::CollectOnce() {
+int64_t Runtime::Impl::CollectOnce() {
+  std::lock_guard<std::mutex> l(gc_mu);
   std::vector<std::string> names;
   for (const auto& [n, d] : config->domains) names.push_back(n);
   GcLeases leases = LeasesFromState(*store, names);
@@ -108,10 +110,15 @@ void Runtime::Impl::CollectOnce() {
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
   try {
-    collector->RunOnce(std::move(leases), /*dry_run=*/false, now);
+    return collector->RunOnce(std::move(leases), /*dry_run=*/false, now).freed_bytes;
   } catch (const std::exception& e) {
     spdlog::error("storage: collection failed: {}", e.what());
   }
+  return 0;
+}
+
+int64_t Runtime::CollectStorageNow() {
+  return impl_->collector ? impl_->CollectOnce() : 0;
 }
 
 void Runtime::Impl::RefreshReadiness() {

@@ -57,6 +57,11 @@ class Runtime : public ToolBackend {
   /// The git endpoint accepted a push to `domain` (thread-safe, non-blocking).
   void Pushed(const std::string& domain);
 
+  /// Issue 19: runs one storage collection now (as the background collector does every
+  /// storage.gc_interval_s) and returns the bytes freed. Blocks on file I/O: never call it from
+  /// an actor. 0 when not persisting (`kiln build`).
+  int64_t CollectStorageNow();
+
   /// Graceful stop: waits up to `grace` for running and queued builds to finish, then cancels
   /// what is left (logging which), and waits for every builder process to be gone.
   void Shutdown(std::chrono::milliseconds grace);

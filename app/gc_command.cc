@@ -74,8 +74,8 @@ int GcCommand(const std::map<std::string, std::string>& flags, bool dry_run, std
     copy.path = tmpl;
     for (const auto& e : fs::directory_iterator(src, ec)) {
       if (!e.is_regular_file() || e.path().filename() == "LOCK") continue;
-      fs::copy_file(e.path(), copy.path / e.path().filename(),
-                    fs::copy_options::overwrite_existing, ec);
+      fs::copy_file(e.path(), copy.path / e.path().filename(), fs::copy_options::overwrite_existing,
+                    ec);
       if (ec) break;
     }
     if (ec) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "builder/registry_client.h"
+#include "common/sha256.h"
 
 namespace kiln {
 namespace {
@@ -80,7 +81,7 @@ TEST(RegistryDeadline, StalledRegistryFailsUnavailableByTheDeadline) {
     RegistryDeadlineScope scope(t0 + std::chrono::seconds(1),
                                 "the build's timeout (build.timeout_s = 1 s)");
     ASSERT_TRUE(RegistryDeadlineLeft().has_value());
-    st = client.PutBlob("loop/app", "sha256:" + std::string(64, '0'), "x");
+    st = client.PutBlob("loop/app", "sha256:" + Sha256Hex("x"), "x");
   }
   auto elapsed = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();

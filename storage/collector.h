@@ -48,7 +48,7 @@ struct GcRunReport {
   GcPlan plan;
   int64_t freed_bytes = 0;
   size_t deleted = 0;
-  std::vector<std::string> skipped;  // "<id>: <why>" (became busy, removal failed)
+  std::vector<std::string> skipped;              // "<id>: <why>" (became busy, removal failed)
   std::map<std::string, int64_t> bytes_by_kind;  // before the deletions, all domains
 };
 
