@@ -250,9 +250,15 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     impl->collector =
         std::make_unique<StorageCollector>(config, state, impl->storage_leases, impl->storage_gate);
     impl->gc_thread = std::thread([raw] {
+      // Every gc_interval_s, and at most every 10 s while a domain's builds are refused for
+      // its budget (the builds holding the space may have ended).
       const int ticks_per_run = raw->config->storage.gc_interval_s * 5;
-      for (int ticks = 0; !raw->stop; ++ticks) {
-        if (ticks % ticks_per_run == 0) raw->CollectOnce();
+      int since = 0;
+      for (int ticks = 0; !raw->stop; ++ticks, ++since) {
+        if (ticks % ticks_per_run == 0 || (since >= 50 && raw->storage_gate->TakeCollectionWanted())) {
+          raw->CollectOnce();
+          since = 0;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     });

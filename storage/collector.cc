@@ -41,7 +41,9 @@ void StorageGate::Set(std::map<std::string, std::string> refusals) {
 std::string StorageGate::Refusal(const std::string& domain) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = refusals_.find(domain);
-  return it == refusals_.end() ? "" : it->second;
+  if (it == refusals_.end()) return "";
+  wanted_ = true;
+  return it->second;
 }
 
 GcBudgets BudgetsFromConfig(const Config& config) {

@@ -18,6 +18,7 @@
 // it from an actor.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,10 +37,14 @@ namespace kiln {
 class StorageGate {
  public:
   void Set(std::map<std::string, std::string> refusals);
-  /// "" when the domain may build.
+  /// "" when the domain may build. A refusal also asks for an early collection (the builds
+  /// that held the space may have ended since the last one).
   std::string Refusal(const std::string& domain) const;
+  /// True once after a refusal (the collector thread then collects again soon).
+  bool TakeCollectionWanted() { return wanted_.exchange(false); }
 
  private:
+  mutable std::atomic<bool> wanted_{false};
   mutable std::mutex mu_;
   std::map<std::string, std::string> refusals_;
 };
