@@ -33,6 +33,9 @@
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
 #include "common/json_text.h"
+#include "builder/registry_client.h"  // issue 19: RegistryDeadlineScope
+#include "storage/collector.h"    // issue 19: StorageGate
+#include "storage/lease_table.h"  // issue 19
 #include "workspace/checkout.h"
 #include "workspace/source_tree.h"
 
@@ -202,6 +205,17 @@ void TrimHistory(Self* self) {
     s.records.erase(id);
     s.history.pop_front();
   }
+  // Issue 19: only the newest builds keep their whole log in memory; older finished ones keep
+  // the tail (build_log of an older build starts at its first kept byte).
+  constexpr size_t kFullLogs = 4;
+  constexpr size_t kOldLogTail = 64 << 10;
+  size_t seen = 0;
+  for (auto h = s.history.rbegin(); h != s.history.rend(); ++h) {
+    if (++seen <= kFullLogs) continue;
+    auto it = s.records.find(*h);
+    if (it == s.records.end() || !IsFinal(it->second.snap.status) || !it->second.log) continue;
+    if (it->second.log->held_bytes() > kOldLogTail) it->second.log->Shrink(kOldLogTail);
+  }
 }
 
 // The cancel token of every finished build: already cancelled and shared, so the up to
@@ -230,6 +244,7 @@ void Finalize(Self* self, Record& r, BuildStatus st, OutcomePtr outcome, const s
   }
   if (st == BuildStatus::kSucceeded) s.latest_success = r.snap.id;
   if (s.env->busy) s.env->busy->Remove(s.env->domain, r.snap.id);
+  if (s.env->storage_leases) s.env->storage_leases->Drop(s.env->domain, s.name, r.snap.id);  // issue 19
   if (s.active && *s.active == r.snap.id) s.active.reset();
   SetStatus(self, r, st);  // also sends the candidate's summary
   if (r.log) {
@@ -341,6 +356,12 @@ void ReleaseLane(Self* self, Record& r) {
   self->send(self->state.scheduler, release_atom::value, self->state.env->dc->image.registry, r.snap.id);
 }
 
+// Issue 19: how a registry wait cut by the build's deadline is worded.
+std::string BuildDeadlineWords(const DomainEnv& env) {
+  return "the build's timeout (build.timeout_s = " + std::to_string(env.dc->build.timeout_s) +
+         " s)";
+}
+
 BuildJob MakeJob(const DomainEnv& env, const std::string& candidate, const Record& r) {
   BuildJob job;
   job.build_id = r.snap.id;
@@ -382,11 +403,28 @@ void Execute(Self* self, const BuildId& id) {
   bool from_git = !r.req.source_dir.has_value();
   std::string commit = r.snap.commit;
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  env->work->Run([env, job, log, cancel, from_git, commit, me] {
+  // Issue 19: the candidate's storage and workspace are leased until the build is final.
+  if (env->storage_leases) env->storage_leases->Hold(env->domain, s.name, job.build_id);
+  // Issue 19: registry waits (layered base layers) count against the build's timeout.
+  const auto deadline = r.started + std::chrono::seconds(env->dc->build.timeout_s);
+  env->work->Run([env, job, log, cancel, from_git, commit, me, deadline] {
+    RegistryDeadlineScope registry_deadline(deadline, BuildDeadlineWords(*env));
     WorkDone d;
     d.id = job.build_id;
     d.phase = "build";
     auto t0 = Clock::now();
+    // Issue 19: waits while the collector deletes this candidate's things; a domain that stays
+    // over its storage budget does not build (infrastructure, naming the budget).
+    StorageLeaseTable::Use storage_use;
+    if (env->storage_leases) storage_use = env->storage_leases->Acquire(env->domain, job.candidate);
+    if (env->storage_gate) {
+      std::string refusal = env->storage_gate->Refusal(env->domain);
+      if (!refusal.empty()) {
+        d.status = Status::ResourceExhausted(refusal);
+        caf::anon_send(me, d);
+        return;
+      }
+    }
     if (from_git) {
       CheckoutStats cs;
       // Shared lock on the domain's repo.lock: repository upkeep (git gc, run by the git
@@ -560,7 +598,13 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
         auto log = rr.log;
         auto cancel = rr.cancel;
         caf::actor me = caf::actor_cast<caf::actor>(self);
-        env->work->Run([env, job, built, log, cancel, me, build_ms] {
+        // Issue 19: the push counts against the build's timeout (a stalled registry fails it).
+        const auto deadline = rr.started + std::chrono::seconds(env->dc->build.timeout_s);
+        env->work->Run([env, job, built, log, cancel, me, build_ms, deadline] {
+          RegistryDeadlineScope registry_deadline(deadline, BuildDeadlineWords(*env));
+          StorageLeaseTable::Use storage_use;  // issue 19: the image is in the storage
+          if (env->storage_leases)
+            storage_use = env->storage_leases->Acquire(env->domain, job.candidate);
           PushResult pr = env->builder->Push(job, built, [&](std::string_view c) { log->Append(c); }, cancel.get());
           WorkDone d;
           d.id = job.build_id;

@@ -18,6 +18,8 @@ namespace kiln {
 
 class BuildMetrics;
 class KeyStore;
+class StorageGate;        // issue 19 (storage/collector.h)
+class StorageLeaseTable;  // issue 19 (storage/lease_table.h)
 class StateStore;
 class StateWriter;
 
@@ -41,6 +43,10 @@ struct DomainEnv {
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;
   size_t history_per_candidate = 50;
+  // --- issue 19: storage budget ---
+  std::shared_ptr<StorageLeaseTable> storage_leases;  // may be null: nothing is collected
+  std::shared_ptr<StorageGate> storage_gate;          // may be null: no budget refusals
+  // --- end issue 19 ---
 
   std::string CandidateDir(const std::string& c) const { return domain_dir + "/candidates/" + c; }
   std::string CacheDir() const { return domain_dir + "/cache"; }

@@ -31,6 +31,9 @@
 #include "common/json_text.h"
 #include "common/names.h"
 #include "state/state_store.h"
+#include "storage/collector.h"     // issue 19
+#include "storage/lease_table.h"   // issue 19
+#include "storage/state_leases.h"  // issue 19
 #include "deploy/local_deployer.h"
 #include "k8s/kubernetes_deployer.h"
 
@@ -87,7 +90,36 @@ struct Runtime::Impl {
   std::thread ready_thread;
 
   void RefreshReadiness();
+
+  // --- issue 19: storage budget; the collector runs on its own thread, off the actors ---
+  std::shared_ptr<StorageLeaseTable> storage_leases = std::make_shared<StorageLeaseTable>();
+  std::shared_ptr<StorageGate> storage_gate = std::make_shared<StorageGate>();
+  std::unique_ptr<StorageCollector> collector;  // null when not persisting (`kiln build`)
+  std::thread gc_thread;
+  int64_t CollectOnce();
+  std::mutex gc_mu;  // one collection at a time (background thread, CollectStorageNow)
+  // --- end issue 19 ---
 };
+
+int64_t Runtime::Impl::CollectOnce() {
+  std::lock_guard<std::mutex> l(gc_mu);
+  std::vector<std::string> names;
+  for (const auto& [n, d] : config->domains) names.push_back(n);
+  GcLeases leases = LeasesFromState(*store, names);
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  try {
+    return collector->RunOnce(std::move(leases), /*dry_run=*/false, now).freed_bytes;
+  } catch (const std::exception& e) {
+    spdlog::error("storage: collection failed: {}", e.what());
+  }
+  return 0;
+}
+
+int64_t Runtime::CollectStorageNow() {
+  return impl_->collector ? impl_->CollectOnce() : 0;
+}
 
 void Runtime::Impl::RefreshReadiness() {
   nlohmann::json checks = nlohmann::json::object();
@@ -111,6 +143,7 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::~Runtime() {
   impl_->stop = true;
   if (impl_->ready_thread.joinable()) impl_->ready_thread.join();
+  if (impl_->gc_thread.joinable()) impl_->gc_thread.join();  // issue 19
 }
 
 Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts,
@@ -175,6 +208,10 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->metrics = impl->metrics;
     env->keys = keys;
     env->busy = impl->busy;
+    if (impl->store) {  // issue 19: budgets apply to served domains, not to `kiln build`
+      env->storage_leases = impl->storage_leases;
+      env->storage_gate = impl->storage_gate;
+    }
     if (opts.deployers.count(name))
       env->deployer = opts.deployers.at(name);
     else if (opts.deploy)
@@ -209,6 +246,24 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
       if (++ticks % 50 == 0) raw->RefreshReadiness();  // every 10 s
     }
   });
+  // Issue 19: the storage collector, at start and every storage.gc_interval_s.
+  if (impl->store) {
+    impl->collector =
+        std::make_unique<StorageCollector>(config, state, impl->storage_leases, impl->storage_gate);
+    impl->gc_thread = std::thread([raw] {
+      // Every gc_interval_s, and at most every 10 s while a domain's builds are refused for
+      // its budget (the builds holding the space may have ended).
+      const int ticks_per_run = raw->config->storage.gc_interval_s * 5;
+      int since = 0;
+      for (int ticks = 0; !raw->stop; ++ticks, ++since) {
+        if (ticks % ticks_per_run == 0 || (since >= 50 && raw->storage_gate->TakeCollectionWanted())) {
+          raw->CollectOnce();
+          since = 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+  }
   out->reset(new Runtime(std::move(impl)));
   return Status::Ok();
 }
@@ -327,7 +382,11 @@ nlohmann::json Runtime::Readiness() {
   return impl_->readiness;
 }
 
-std::string Runtime::MetricsText() { return impl_->metrics->Render(); }
+std::string Runtime::MetricsText() {
+  std::string text = impl_->metrics->Render();
+  if (impl_->collector) text += impl_->collector->RenderMetrics();  // issue 19
+  return text;
+}
 
 ToolResult Runtime::BuildAndWait(const std::string& domain, const BuildRequest& req) {
   auto dom = impl_->domains.find(domain);
@@ -382,6 +441,7 @@ void Runtime::Shutdown(std::chrono::milliseconds grace) {
   for (auto& d : impl->deployers) d->Shutdown();  // local candidates stop with kiln
   impl->stop = true;
   if (impl->ready_thread.joinable()) impl->ready_thread.join();
+  if (impl->gc_thread.joinable()) impl->gc_thread.join();  // issue 19
   for (auto& [n, d] : impl->domains) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(impl->scheduler, caf::exit_reason::user_shutdown);
   impl->domains.clear();

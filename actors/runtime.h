@@ -61,6 +61,11 @@ class Runtime : public ToolBackend {
   /// builds of its candidates' branches when build.on_push is on (thread-safe, non-blocking).
   void PushedRefs(const std::string& domain, std::vector<PushedRef> refs);
 
+  /// Issue 19: runs one storage collection now (as the background collector does every
+  /// storage.gc_interval_s) and returns the bytes freed. Blocks on file I/O: never call it from
+  /// an actor. 0 when not persisting (`kiln build`).
+  int64_t CollectStorageNow();
+
   /// Graceful stop: waits up to `grace` for running and queued builds to finish, then cancels
   /// what is left (logging which), and waits for every builder process to be gone.
   void Shutdown(std::chrono::milliseconds grace);

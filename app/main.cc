@@ -1,5 +1,5 @@
 // kiln: the command line. Subcommands: serve, apply, build, check-config, hash-token,
-// state-check.
+// state-check, gc.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +19,7 @@
 #include "common/sha256.h"
 #include "config/config_parser.h"
 #include "app/apply_command.h"
+#include "app/gc_command.h"  // issue 19
 #include "app/git_hook_command.h"
 #include "app/serve_command.h"
 #include "app/state_check_command.h"
@@ -42,6 +43,8 @@ const char* kUsage = R"(usage:
   kiln state-check --state-dir DIR [--builds]
                                       verify the durable state (a copy of DIR/state; safe while
                                       kiln runs): JSON on stdout, exit 0 consistent, 1 damaged
+  kiln gc --dry-run --config FILE     what the storage collector would delete now (JSON; safe
+                                      while kiln runs; kiln serve collects by itself)
 )";
 
 // Parses "--name value" pairs; returns false on anything else.
@@ -220,6 +223,24 @@ int main(int argc, char** argv) {
       return 2;
     }
     return kiln::StateCheckCommand(f.at("state-dir"), list_builds, std::cout, std::cerr);
+  }
+  if (cmd == "gc") {  // issue 19: --dry-run is the one flag without a value
+    std::vector<char*> rest{argv[0], argv[1]};
+    bool dry_run = false;
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) == "--dry-run") {
+        dry_run = true;
+      } else {
+        rest.push_back(argv[i]);
+      }
+    }
+    std::map<std::string, std::string> f;
+    std::string e;
+    if (!ParseFlags(static_cast<int>(rest.size()), rest.data(), 2, &f, &e)) {
+      std::cerr << "kiln gc: " << e << "\n" << kUsage;
+      return 2;
+    }
+    return kiln::GcCommand(f, dry_run, std::cout, std::cerr);
   }
   std::map<std::string, std::string> flags;
   std::string err;

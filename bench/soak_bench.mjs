@@ -57,6 +57,17 @@ const TIMEOUT_S = int("SOAK_TIMEOUT_S", 900 + 20 * DOMAINS * CANDIDATES * ITERAT
 const PARENT = env.SOAK_PARENT ?? "/var/tmp";
 const HISTORY = int("KILN_HISTORY", 50);   // builds kiln keeps in memory per candidate
 const OUT_JSON = env.SOAK_JSON ?? path.join(ROOT, "bench/out/soak.json");
+// Issue 19: storage budget and samples. STORAGE_MAX_GB (unset: no budget) is kiln's storage.max_gb
+// and, split evenly, each domain's domains.<d>.storage.max_gb; GC_INTERVAL_S (10) its
+// storage.gc_interval_s; SAMPLE_S (5) the sampling period of RSS, disk per kind, fds, threads.
+// DISK_SLACK (1.25): a sample may exceed the budget by this factor (growth within one collection
+// interval). RSS_FLAT_PCT (unset: reported only): fail when the RSS of the last quarter of the
+// loop is more than this many % above the second quarter's.
+const STORAGE_MAX_GB = env.STORAGE_MAX_GB ? Number(env.STORAGE_MAX_GB) : null;
+const GC_INTERVAL_S = int("GC_INTERVAL_S", 10);
+const SAMPLE_S = int("SAMPLE_S", 5);
+const DISK_SLACK = num("DISK_SLACK", 1.25);
+const RSS_FLAT_PCT = env.RSS_FLAT_PCT ? Number(env.RSS_FLAT_PCT) : null;
 if (DOMAINS < 1 || DOMAINS > 8) throw new Error("DOMAINS must be 1..8 (local deploy ports 19170-19177)");
 if (CANDIDATES < 1 || ITERATIONS < 1) throw new Error("CANDIDATES and ITERATIONS must be >= 1");
 if (!["supersede", "same"].includes(DUP_EXPECT)) throw new Error("DUP_EXPECT must be supersede or same");
@@ -594,12 +605,14 @@ try {
         outputs: [{ from: "out/app", to: "/app" }], entrypoint: ["/app"] } },
       image: { registry: "local", repository: `soak/d${d}` },
       deploy: { type: "local", local: { port: DEPLOY_BASE + d, health_path: "/healthz" } },
+      ...(STORAGE_MAX_GB ? { storage: { max_gb: STORAGE_MAX_GB / DOMAINS } } : {}),
     };
   }
   fs.writeFileSync(path.join(W, "kiln.json"), JSON.stringify({
     log_level: "info",
-    server: { listen: `127.0.0.1:${PORT}`, state_dir: STATE, max_sessions: 1024 },
+    server: { listen: `127.0.0.1:${PORT}`, state_dir: STATE, max_sessions: 1024, metrics_listen: `127.0.0.1:${PORT + 1}` },
     scheduler: { max_parallel_builds: 2 },
+    ...(STORAGE_MAX_GB ? { storage: { max_gb: STORAGE_MAX_GB, gc_interval_s: GC_INTERVAL_S } } : {}),
     operator_token_sha256: [sha256(operatorToken)],
     registries: { local: { url: `http://127.0.0.1:${REG_PORT}`, auth_file: path.join(REG_DIR, "auth.json") } },
     domains,
@@ -625,6 +638,15 @@ try {
     await a.verifyFinished(sc, { broken: false });
   }));
   summary.rss_start_kb = rssKb(kiln.pid);
+  // Issue 19: samples over the loop (RSS, fds, threads, disk of the state directory per kind).
+  summary.samples = [];
+  let sampling = false;
+  const sampler = setInterval(async () => {
+    if (sampling || !kiln?.pid) return;
+    sampling = true;
+    try { summary.samples.push({ t_s: Math.round((Date.now() - t0run) / 1000), ...procSample(kiln.pid), ...(await diskSample()) }); }
+    catch {} finally { sampling = false; }
+  }, SAMPLE_S * 1000);
   let rssMax = summary.rss_start_kb;
   const rssTimer = setInterval(() => { const r = rssKb(kiln?.pid); if (r && r > rssMax) rssMax = r; }, 2000);
   note(`warm-up done; kiln VmRSS ${summary.rss_start_kb} kB; starting ${agents.length} agent loops`);
@@ -765,6 +787,8 @@ try {
   }
   summary.rss_end_kb = rssKb(kiln.pid);
   clearInterval(rssTimer);
+  clearInterval(sampler);
+  checkSamples();
   summary.rss_max_kb = Math.max(rssMax ?? 0, summary.rss_end_kb ?? 0);
 
   // ---- graceful stop
@@ -891,12 +915,69 @@ builds:    ${summary.builds_total ?? 0} total; ${Object.entries(summary.builds_b
 latency:   succeeded build p50 ${L.succeeded_p50 ?? "n/a"} ms, p95 ${L.succeeded_p95 ?? "n/a"} ms (n=${L.succeeded_n}); compile error p50 ${L.compile_error_p50 ?? "n/a"} ms, p95 ${L.compile_error_p95 ?? "n/a"} ms (n=${L.compile_error_n})
            kiln-side timings.total_ms p50 ${L.kiln_total_p50 ?? "n/a"} ms, p95 ${L.kiln_total_p95 ?? "n/a"} ms (the client times above are request -> result over MCP)
 kiln RSS:  start (after warm-up) ${kb(summary.rss_start_kb)}, end ${kb(summary.rss_end_kb)}, max sampled ${kb(summary.rss_max_kb)}
+samples:   ${summary.sample_stats ? `${summary.sample_stats.n} every ${SAMPLE_S} s; RSS 2nd quarter ${kb(summary.sample_stats.rss_q2_kb)}, last quarter ${kb(summary.sample_stats.rss_q4_kb)} (${summary.sample_stats.rss_growth_pct} %); disk max ${summary.sample_stats.disk_max_mib} MiB${STORAGE_MAX_GB ? ` (budget ${Math.round(STORAGE_MAX_GB * 1024)} MiB)` : ""}; fds ${summary.sample_stats.fds_min}..${summary.sample_stats.fds_max}; threads ${summary.sample_stats.threads_min}..${summary.sample_stats.threads_max}; collections freed ${summary.sample_stats.gc_freed_mib ?? "n/a"} MiB` : "none"}
 restart:   SIGTERM -> exit ${summary.stop_ms ?? "n/a"} ms; restart -> /healthz ${summary.restart_to_healthz_ms ?? "n/a"} ms; ${summary.restart_state_load ?? ""}
 journal:   ${summary.state_check ? `state-check: ${summary.state_check.builds} builds, ${summary.state_check.journal_records} records, load ${summary.state_check.load_ms} ms` : "state-check did not run"}
 checks:    ${summary.checks.passed}/${summary.checks.distinct} passed (${summary.checks.assertions} assertions), ${summary.checks.failed} failed`);
 for (const [n, c] of failed) console.log(`  FAILED (${c.fail}x): ${n}\n    ${c.details.join("\n    ")}`);
 console.log(`summary JSON: ${OUT_JSON}`);
 process.exit(exitCode);
+
+// ---- issue 19: samples
+function procSample(pid) {
+  const out = {};
+  try {
+    const st = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+    out.rss_kb = Number(st.match(/^VmRSS:\s+(\d+)/m)?.[1] ?? 0);
+    out.threads = Number(st.match(/^Threads:\s+(\d+)/m)?.[1] ?? 0);
+    out.fds = fs.readdirSync(`/proc/${pid}/fd`).length;
+  } catch {}
+  return out;
+}
+
+async function diskSample() {
+  // Bytes per kind, as kiln counts them (/metrics kiln_storage_bytes, on the metrics listener).
+  const out = { disk_bytes: 0, disk_by_kind: {} };
+  try {
+    const r = await fetch(`http://127.0.0.1:${PORT + 1}/metrics`);
+    const text = await r.text();
+    for (const m of text.matchAll(/^kiln_storage_bytes\{domain="([^"]*)",kind="([^"]+)"\} (\d+)/gm)) {
+      out.disk_by_kind[m[2]] = (out.disk_by_kind[m[2]] ?? 0) + Number(m[3]);
+      out.disk_bytes += Number(m[3]);
+    }
+    const freed = [...text.matchAll(/^kiln_storage_collected_bytes_total\{[^}]*\} (\d+)/gm)].reduce((a, m) => a + Number(m[1]), 0);
+    out.gc_freed_bytes = freed;
+  } catch {}
+  try { out.du_bytes = Number((await run("du", ["-sx", "--block-size=1", STATE])).split(/\s/)[0]); } catch {}
+  return out;
+}
+
+function checkSamples() {
+  const xs = summary.samples ?? [];
+  if (xs.length < 4) return;
+  const q = Math.floor(xs.length / 4);
+  const mean = (a) => a.reduce((s, x) => s + (x.rss_kb ?? 0), 0) / Math.max(1, a.length);
+  const q2 = mean(xs.slice(q, 2 * q)), q4 = mean(xs.slice(3 * q));
+  const disk = xs.map((x) => x.du_bytes ?? x.disk_bytes ?? 0);
+  summary.sample_stats = {
+    n: xs.length,
+    rss_q2_kb: Math.round(q2), rss_q4_kb: Math.round(q4),
+    rss_growth_pct: Math.round(((q4 - q2) / Math.max(1, q2)) * 1000) / 10,
+    disk_max_mib: Math.round(Math.max(...disk) / 1048576),
+    fds_min: Math.min(...xs.map((x) => x.fds ?? 0)), fds_max: Math.max(...xs.map((x) => x.fds ?? 0)),
+    threads_min: Math.min(...xs.map((x) => x.threads ?? 0)), threads_max: Math.max(...xs.map((x) => x.threads ?? 0)),
+    gc_freed_mib: Math.round((xs[xs.length - 1].gc_freed_bytes ?? 0) / 1048576),
+  };
+  if (STORAGE_MAX_GB) {
+    const cap = STORAGE_MAX_GB * 2 ** 30 * DISK_SLACK;
+    const over = xs.filter((x) => (x.du_bytes ?? x.disk_bytes ?? 0) > cap);
+    check(`disk of the state directory stays under the budget (x${DISK_SLACK}) at every sample`, over.length === 0,
+      over.slice(0, 5).map((x) => `t=${x.t_s}s ${Math.round((x.du_bytes ?? 0) / 1048576)} MiB`).join(", "));
+  }
+  if (RSS_FLAT_PCT !== null)
+    check(`kiln RSS levels off (last quarter <= 2nd quarter + ${RSS_FLAT_PCT} %)`, summary.sample_stats.rss_growth_pct <= RSS_FLAT_PCT,
+      `${summary.sample_stats.rss_q2_kb} kB -> ${summary.sample_stats.rss_q4_kb} kB`);
+}
 
 async function buildahContainers() {
   // Layered builds use no buildah; if a candidate storage exists anyway, it must hold no working container.

@@ -10,7 +10,8 @@
 # and exits non-zero when a check fails. Bounded by SOAK_TIMEOUT_S (default 900 + 20 s per
 # iteration). Small CI mode: DOMAINS=2 CANDIDATES=2 ITERATIONS=3 (a couple of minutes).
 # Other knobs (see the header of soak_bench.mjs): P_BREAK P_CANCEL P_DUP P_DEPLOY DUP_EXPECT
-# SOAK_PARENT SOAK_JSON. Runs as root (bubblewrap, registry); installs the MCP SDK on first use.
+# SOAK_PARENT SOAK_JSON; issue 19: STORAGE_MAX_GB (storage budget, split per domain), GC_INTERVAL_S,
+# SAMPLE_S (RSS/disk/fd/thread samples into soak.json), DISK_SLACK, RSS_FLAT_PCT. Runs as root (bubblewrap, registry); installs the MCP SDK on first use.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export KILN="$(realpath "${KILN:-$ROOT/build/app/kiln}")"

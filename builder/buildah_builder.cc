@@ -351,9 +351,15 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
                                        "oci:" + dir + ":" + kOciRef});
     spec.env = std::map<std::string, std::string>{{"PATH", kPath}, {"HOME", job.storage_dir}};
     spec.timeout = std::chrono::seconds(600);
+    // Issue 19: the base fetch counts against the build's deadline (RegistryDeadlineScope).
+    auto left = RegistryDeadlineLeft();
+    if (left && *left < spec.timeout) spec.timeout = std::max(*left, std::chrono::milliseconds(1));
     ProcessResult r = runner_->Run(spec, nullptr, cancel);
     if (r.cancelled) return Status::Cancelled("build cancelled");
     if (!r.start_status.ok()) return Status::Unavailable("cannot run skopeo: " + r.start_status.message());
+    if (r.timed_out)  // issue 19
+      return Status::Unavailable("registry " + host + " did not deliver base image " + image +
+                                 " within the build's timeout");
     if (r.exit_code != 0) {
       const std::string& o = r.output;
       if (o.find("unauthorized") != std::string::npos || o.find("authentication required") != std::string::npos)

@@ -19,6 +19,22 @@ void LogBuffer::Append(std::string_view s) {
 void LogBuffer::Close() {
   std::lock_guard<std::mutex> l(mu_);
   closed_ = true;
+  data_.shrink_to_fit();  // issue 19: a finished log holds no spare capacity
+}
+
+void LogBuffer::Shrink(size_t keep_bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (data_.size() > keep_bytes) {
+    size_t drop = data_.size() - keep_bytes;
+    data_.erase(0, drop);
+    start_ += drop;
+  }
+  data_.shrink_to_fit();
+}
+
+size_t LogBuffer::held_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return data_.capacity();
 }
 
 LogBuffer::Chunk LogBuffer::Read(size_t offset, size_t limit) const {

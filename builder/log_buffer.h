@@ -40,6 +40,11 @@ class LogBuffer {
   /// The last `max_bytes` bytes, cut at a line start when possible, as valid UTF-8.
   std::string Tail(size_t max_bytes) const;
   size_t size() const;  // total bytes ever appended
+  /// Issue 19: drops the oldest bytes down to `keep_bytes` (offsets stay absolute, as when the
+  /// log outgrows max_bytes) and releases the spare memory. For finished logs of older builds.
+  void Shrink(size_t keep_bytes);
+  /// Bytes held now (kept bytes plus spare capacity).
+  size_t held_bytes() const;
 
  private:
   const size_t max_;

@@ -112,5 +112,23 @@ TEST(LogBufferUtf8, TailAndDroppedHeadNeverStartInsideACharacter) {
   EXPECT_TRUE(IsValidUtf8(c.text));
 }
 
+
+// Issue 19: logs of older builds shrink to their tail; offsets stay absolute.
+TEST(LogBuffer, ShrinkKeepsTheTailAndReleasesMemory) {
+  LogBuffer log(1 << 20);
+  for (int i = 0; i < 1000; ++i) log.Append("line " + std::to_string(i) + " " + std::string(500, 'x') + "\n");
+  log.Close();
+  const size_t total = log.size();
+  ASSERT_GT(log.held_bytes(), size_t{400} << 10);
+  log.Shrink(4096);
+  EXPECT_LE(log.held_bytes(), size_t{8192});
+  EXPECT_EQ(log.size(), total);
+  LogBuffer::Chunk c = log.Read(0, 1 << 20);
+  EXPECT_EQ(c.offset, total - 4096);
+  EXPECT_EQ(c.dropped, total - 4096);
+  EXPECT_TRUE(c.complete);
+  EXPECT_NE(log.Tail(4096).find("line 999 "), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

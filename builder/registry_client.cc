@@ -163,11 +163,45 @@ Status RegistryClient::Check(const std::string& repo) const {
   return Status::Ok();
 }
 
+// --- Issue 19: every wait bounded ---
+namespace {
+thread_local std::optional<std::chrono::steady_clock::time_point> t_deadline;
+thread_local std::string t_deadline_what;
+}  // namespace
+
+RegistryDeadlineScope::RegistryDeadlineScope(std::chrono::steady_clock::time_point deadline,
+                                             std::string what)
+    : prev_deadline_(t_deadline), prev_what_(t_deadline_what) {
+  t_deadline = deadline;
+  t_deadline_what = std::move(what);
+}
+
+RegistryDeadlineScope::~RegistryDeadlineScope() {
+  t_deadline = prev_deadline_;
+  t_deadline_what = prev_what_;
+}
+
+std::optional<std::chrono::milliseconds> RegistryDeadlineLeft() {
+  if (!t_deadline) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(*t_deadline -
+                                                               std::chrono::steady_clock::now());
+}
+// --- end issue 19 ---
+
 Status RegistryClient::Send(const Origin& origin, const Request& r, Response* resp) {
   Status last;
   const std::string where = "registry " + origin.HostPort();
   const std::string path = r.target.substr(0, r.target.find('?'));  // the query may hold upload state
   for (int attempt = 0; attempt < std::max(1, opts_.attempts); ++attempt) {
+    // Issue 19: the caller's deadline bounds every step and every retry.
+    std::chrono::milliseconds timeout = opts_.io_timeout;
+    if (auto left = RegistryDeadlineLeft()) {
+      if (attempt > 0) *left -= opts_.backoff_base * (1 << std::min(attempt, 10));
+      if (left->count() <= 0)
+        return Status::Unavailable(where + " did not answer within " + t_deadline_what +
+                                   (last.ok() ? std::string() : " (" + last.message() + ")"));
+      timeout = std::min(timeout, *left);
+    }
     if (attempt > 0) {
       // Only the origin, the path and the error.
       spdlog::warn("{}: retrying {} {} (attempt {}): {}", where,
@@ -182,7 +216,7 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
     req.body_limit = r.body_limit;
     HttpResult x;
     try {
-      x = HttpRoundTrip(origin, tls_.get(), req, opts_.io_timeout, resp);
+      x = HttpRoundTrip(origin, tls_.get(), req, timeout, resp);
     } catch (const std::exception& e) {
       return Status::Internal(where + ": " + e.what());
     }
@@ -198,6 +232,9 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
     }
     return Status::Ok();
   }
+  if (auto left = RegistryDeadlineLeft(); left && left->count() <= 0)  // issue 19
+    return Status::Unavailable(where + " did not answer within " + t_deadline_what + " (" +
+                               last.message() + ")");
   return last;
 }
 

@@ -29,6 +29,27 @@ struct RegistryEndpoint {
   std::optional<std::string> ca_file;    // PEM CA bundle for https; else system default paths
 };
 
+// --- Issue 19: every wait bounded ---
+/// While alive, every request this thread sends through any RegistryClient ends by `deadline`:
+/// each I/O step waits at most the time left, no retry starts after it, and a request that runs
+/// out of time fails Unavailable "registry <host> did not answer within <what>" (`what` names
+/// the bound in the caller's terms, e.g. "the build's timeout (build.timeout_s = 600 s)").
+/// Nested scopes: the inner one applies until it ends. Per thread; not shared.
+class RegistryDeadlineScope {
+ public:
+  RegistryDeadlineScope(std::chrono::steady_clock::time_point deadline, std::string what);
+  ~RegistryDeadlineScope();
+  RegistryDeadlineScope(const RegistryDeadlineScope&) = delete;
+  RegistryDeadlineScope& operator=(const RegistryDeadlineScope&) = delete;
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> prev_deadline_;
+  std::string prev_what_;
+};
+/// Time left under this thread's RegistryDeadlineScope (nullopt: none; may be <= 0).
+std::optional<std::chrono::milliseconds> RegistryDeadlineLeft();
+// --- end issue 19 ---
+
 struct RegistryClientOptions {
   int attempts = 3;                             // tries per request (5xx, 429, conn errors)
   std::chrono::milliseconds backoff_base{100};  // doubled each retry, plus jitter

@@ -160,6 +160,26 @@ struct PushLimitsConfig {
 };
 // --- end issue 15 ------------------------------------------------------------------------
 
+// --- Issue 19: storage budget and collection (storage/gc_policy.h, docs/operations.md) ---
+/// Top-level "storage": the global budget and the collector's schedule.
+struct StorageConfig {
+  /// Budget for everything kiln keeps in server.state_dir, in GB (GiB, fractions allowed):
+  /// 0..1000000; 0: no global budget (age rules still apply).
+  double max_gb = 0;
+  /// Seconds between collections (also run once at start): 10..86400.
+  int gc_interval_s = 300;
+  /// A candidate without a build request this long is idle; its things go first: 0..31536000.
+  int64_t candidate_idle_s = 6 * 3600;
+  /// Workspaces of candidates idle this long are removed even under budget: 0 (never)..31536000.
+  int64_t workspace_idle_s = 24 * 3600;
+};
+/// "domains.<d>.storage": the domain's own budget.
+struct DomainStorageConfig {
+  /// GB (GiB, fractions allowed) the domain's things may take: 0..1000000; 0: none.
+  double max_gb = 0;
+};
+// --- end issue 19 ---
+
 struct DomainConfig {
   std::string name;
   std::vector<std::string> token_sha256;            // lowercase hex
@@ -175,6 +195,7 @@ struct DomainConfig {
   // refused). Unset: see DomainBuildSlots().
   std::optional<int> max_parallel_builds;
   // --- end per-domain build slots ---
+  DomainStorageConfig storage;  // issue 19: domains.<d>.storage
 };
 
 struct Config {
@@ -185,6 +206,7 @@ struct Config {
   std::vector<std::string> operator_token_sha256;
   std::map<std::string, DomainConfig> domains;
   PushLimitsConfig push;  // issue 15: the default of every domain's push limits
+  StorageConfig storage;  // issue 19: top-level "storage"
 };
 
 // --- per-domain build slots (issue 15) ---

@@ -295,6 +295,12 @@ class ConfigReader {
   void ReadDeploy(const json& obj, const std::string& path, DeployConfig* out);
   void CheckUniqueTokens(const Config& config);
   void CheckDomainBuildSlots(const Config& config);  // per-domain build slots (issue 15)
+  // --- Issue 19: storage budget ---
+  void ReadGigabytes(const json& obj, const char* key, const std::string& path, double* out);
+  void ReadStorage(const json& obj, StorageConfig* out);
+  void ReadDomainStorage(const json& obj, const std::string& path, DomainStorageConfig* out);
+  void CheckDomainStorage(const Config& config);
+  // --- end issue 19 ---
 
   const std::string base_dir_;
   std::vector<ConfigProblem>* const problems_;
@@ -465,7 +471,7 @@ void ConfigReader::Read(const json& root, Config* out) {
   }
   CheckKeys(root, "",
             {"log_level", "server", "scheduler", "registries", "operator_token_sha256", "domains",
-             "push"});
+             "push", "storage"});
   std::string level;
   if (ReadString(root, "log_level", "", false, &level)) {
     bool known = false;
@@ -483,6 +489,8 @@ void ConfigReader::Read(const json& root, Config* out) {
     CheckTokenList(out->operator_token_sha256, "operator_token_sha256");
   // Issue 15: the global push limits, read before the domains that start from them.
   if (const json* s = Section(root, "push", "", false)) ReadPushLimits(*s, "push", &out->push);
+  // Issue 19: storage budget.
+  if (const json* s = Section(root, "storage", "", false)) ReadStorage(*s, &out->storage);
   if (const json* s = Section(root, "domains", "", true)) {
     if (s->empty()) Problem("domains", "at least one domain is required");
     for (auto it = s->begin(); it != s->end(); ++it) {
@@ -494,7 +502,51 @@ void ConfigReader::Read(const json& root, Config* out) {
   }
   CheckUniqueTokens(*out);
   CheckDomainBuildSlots(*out);
+  CheckDomainStorage(*out);  // issue 19
 }
+
+// --- Issue 19: storage budget ------------------------------------------------------------
+void ConfigReader::ReadGigabytes(const json& obj, const char* key, const std::string& path,
+                                 double* out) {
+  const json* v = Find(obj, key, path, false);
+  if (v == nullptr) return;
+  std::string p = Join(path, key);
+  if (!v->is_number()) {
+    Problem(p, "must be a number of GB, got " + TypeName(*v));
+    return;
+  }
+  double n = v->get<double>();
+  if (!(n >= 0 && n <= 1000000)) {
+    Problem(p, "must be between 0 (no budget) and 1000000 GB, got " + v->dump());
+    return;
+  }
+  *out = n;
+}
+
+void ConfigReader::ReadStorage(const json& obj, StorageConfig* out) {
+  const std::string path = "storage";
+  CheckKeys(obj, path, {"max_gb", "gc_interval_s", "candidate_idle_s", "workspace_idle_s"});
+  ReadGigabytes(obj, "max_gb", path, &out->max_gb);
+  ReadInt(obj, "gc_interval_s", path, 10, 86400, &out->gc_interval_s);
+  ReadInt(obj, "candidate_idle_s", path, 0, 31536000, &out->candidate_idle_s);
+  ReadInt(obj, "workspace_idle_s", path, 0, 31536000, &out->workspace_idle_s);
+}
+
+void ConfigReader::ReadDomainStorage(const json& obj, const std::string& path,
+                                     DomainStorageConfig* out) {
+  CheckKeys(obj, path, {"max_gb"});
+  ReadGigabytes(obj, "max_gb", path, &out->max_gb);
+}
+
+void ConfigReader::CheckDomainStorage(const Config& config) {
+  if (config.storage.max_gb <= 0) return;
+  for (const auto& [name, d] : config.domains)
+    if (d.storage.max_gb > config.storage.max_gb)
+      Problem(Join(Join(Join("domains", name), "storage"), "max_gb"),
+              "must not exceed storage.max_gb (" + json(config.storage.max_gb).dump() +
+                  "), got " + json(d.storage.max_gb).dump());
+}
+// --- end issue 19 ------------------------------------------------------------------------
 
 // --- per-domain build slots (issue 15) ---
 void ConfigReader::CheckDomainBuildSlots(const Config& config) {
@@ -615,7 +667,7 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
   }
   CheckKeys(obj, path,
             {"token_sha256", "weight", "max_candidates", "tool_aliases", "build", "image", "deploy",
-             "push", "max_parallel_builds"});
+             "push", "max_parallel_builds", "storage"});
   if (ReadStringList(obj, "token_sha256", path, true, &out->token_sha256)) {
     if (out->token_sha256.empty())
       Problem(Join(path, "token_sha256"), "at least one token hash is required");
@@ -637,6 +689,9 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
     ReadDeploy(*s, Join(path, "deploy"), &out->deploy);
   if (const json* s = Section(obj, "push", path, false))
     ReadPushLimits(*s, Join(path, "push"), &out->push);
+  // Issue 19: the domain's storage budget.
+  if (const json* s = Section(obj, "storage", path, false))
+    ReadDomainStorage(*s, Join(path, "storage"), &out->storage);
 }
 
 // --- Issue 15: push limits ---------------------------------------------------------------

@@ -1196,5 +1196,61 @@ TEST_F(ConfigParserTest, SandboxLimitsAreValidated) {
   local("limits", {{"max_processes", 0}}, "domains.ranker.deploy.local.limits.max_processes");
 }
 
+
+// --- Issue 19: storage budget ---------------------------------------------------------------
+TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
+  Config c;
+  auto problems = Parse(Valid(), &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.storage.max_gb, 0);
+  EXPECT_EQ(c.storage.gc_interval_s, 300);
+  EXPECT_EQ(c.storage.candidate_idle_s, 6 * 3600);
+  EXPECT_EQ(c.storage.workspace_idle_s, 24 * 3600);
+  EXPECT_EQ(c.domains.at("epp").storage.max_gb, 0);
+
+  json j = Valid();
+  j["storage"] = {{"max_gb", 20},
+                  {"gc_interval_s", 60},
+                  {"candidate_idle_s", 600},
+                  {"workspace_idle_s", 0}};
+  j["domains"]["epp"]["storage"] = {{"max_gb", 0.5}};
+  Config d;
+  problems = Parse(j, &d);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(d.storage.max_gb, 20);
+  EXPECT_EQ(d.storage.gc_interval_s, 60);
+  EXPECT_EQ(d.storage.candidate_idle_s, 600);
+  EXPECT_EQ(d.storage.workspace_idle_s, 0);
+  EXPECT_DOUBLE_EQ(d.domains.at("epp").storage.max_gb, 0.5);
+  EXPECT_EQ(d.domains.at("ranker").storage.max_gb, 0);
+
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"max_gb", -1},
+           {"max_gb", "10"},
+           {"max_gb", 2000000},
+           {"gc_interval_s", 5},
+           {"gc_interval_s", 1.5},
+           {"candidate_idle_s", -1},
+           {"workspace_idle_s", 40000000},
+           {"nope", 1}}) {
+    json bad = Valid();
+    bad["storage"] = {{key, value}};
+    ExpectOnly(bad, "storage." + key);
+  }
+  json bad = Valid();
+  bad["domains"]["epp"]["storage"] = {{"max_gb", -0.1}};
+  ExpectOnly(bad, "domains.epp.storage.max_gb");
+  bad["domains"]["epp"]["storage"] = {{"max_bytes", 1}};
+  ExpectOnly(bad, "domains.epp.storage.max_bytes");
+  bad["domains"]["epp"]["storage"] = 5;
+  ExpectOnly(bad, "domains.epp.storage");
+  // A domain budget above the global one is refused.
+  bad = Valid();
+  bad["storage"] = {{"max_gb", 1}};
+  bad["domains"]["epp"]["storage"] = {{"max_gb", 2}};
+  ExpectOnly(bad, "domains.epp.storage.max_gb");
+}
+// --- end issue 19 ---------------------------------------------------------------------------
+
 }  // namespace
 }  // namespace kiln

@@ -1,0 +1,229 @@
+#include "storage/collector.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "common/safe_remove.h"
+#include "storage/inventory.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+const StorageKind kAllKinds[] = {
+    StorageKind::kCandidateStorage, StorageKind::kWorkspace,  StorageKind::kKeyEntry,
+    StorageKind::kLayeredOutput,    StorageKind::kDeployBlob, StorageKind::kDeployRootfs,
+    StorageKind::kBuildCache,       StorageKind::kGitRepo,    StorageKind::kJournal};
+
+int64_t GbToBytes(double gb) { return static_cast<int64_t>(std::llround(gb * kGiB)); }
+
+std::string Mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+void StorageGate::Set(std::map<std::string, std::string> refusals) {
+  std::lock_guard<std::mutex> l(mu_);
+  refusals_ = std::move(refusals);
+}
+
+std::string StorageGate::Refusal(const std::string& domain) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = refusals_.find(domain);
+  if (it == refusals_.end()) return "";
+  wanted_ = true;
+  return it->second;
+}
+
+GcBudgets BudgetsFromConfig(const Config& config) {
+  GcBudgets b;
+  b.global_max_bytes = GbToBytes(config.storage.max_gb);
+  for (const auto& [name, d] : config.domains)
+    if (d.storage.max_gb > 0) b.domain_max_bytes[name] = GbToBytes(d.storage.max_gb);
+  b.candidate_idle_ms = config.storage.candidate_idle_s * 1000;
+  b.workspace_idle_ms = config.storage.workspace_idle_s * 1000;
+  return b;
+}
+
+StorageCollector::StorageCollector(std::shared_ptr<const Config> config, std::string state_dir,
+                                   std::shared_ptr<StorageLeaseTable> leases,
+                                   std::shared_ptr<StorageGate> gate)
+    : config_(std::move(config)),
+      state_dir_(std::move(state_dir)),
+      leases_(std::move(leases)),
+      gate_(std::move(gate)) {}
+
+bool StorageCollector::Delete(const StorageItem& item, std::string* why) {
+  const std::string path = state_dir_ + "/" + item.id;
+  std::string lease_key;
+  if (item.kind == StorageKind::kCandidateStorage || item.kind == StorageKind::kWorkspace)
+    lease_key = StorageLeaseTable::Key(item.domain, item.candidate);
+  else if (item.kind == StorageKind::kBuildCache)
+    lease_key = item.domain + "/*";
+  if (leases_ && !lease_key.empty() && !leases_->TryBeginCollect(lease_key)) {
+    *why = "a build started using it";
+    return false;
+  }
+  Status st;
+  if (item.kind == StorageKind::kWorkspace) {
+    // Under the workspace's checkout lock; without its marker the next checkout starts over.
+    std::string parent = path.substr(0, path.rfind('/'));
+    int fd = ::open((parent + "/checkout.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      if (leases_) leases_->EndCollect(lease_key);
+      *why = "a checkout is running";
+      return false;
+    }
+    ::unlink((parent + "/checked-out").c_str());
+    st = RemoveTreeNoFollow(path);
+    if (st.ok()) ::unlink((parent + "/index").c_str());
+    if (fd >= 0) ::close(fd);
+  } else if (item.kind == StorageKind::kKeyEntry) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) st = Status::Internal("unlink failed");
+  } else {
+    st = RemoveTreeNoFollow(path);
+  }
+  if (leases_ && !lease_key.empty()) leases_->EndCollect(lease_key);
+  if (!st.ok()) *why = st.message();
+  return st.ok();
+}
+
+GcRunReport StorageCollector::RunOnce(GcLeases leases, bool dry_run, int64_t now_ms) {
+  GcRunReport report;
+  std::set<std::string> always;
+  std::vector<StorageItem> items = ScanInventory(state_dir_, *config_, &always);
+  leases.leased_ids.insert(always.begin(), always.end());
+  if (leases_)
+    for (const auto& k : leases_->Busy()) leases.busy_candidates.insert(k);
+  GcBudgets budgets = BudgetsFromConfig(*config_);
+  report.plan = PlanCollection(items, leases, budgets, now_ms);
+  for (const auto& it : items) report.bytes_by_kind[StorageKindName(it.kind)] += it.bytes;
+  if (!dry_run) {
+    for (const auto& del : report.plan.deletions) {
+      std::string why;
+      if (Delete(del.item, &why)) {
+        report.freed_bytes += del.item.bytes;
+        ++report.deleted;
+        SetMetric("kiln_storage_collected_bytes_total", del.item.domain,
+                  StorageKindName(del.item.kind), static_cast<double>(del.item.bytes), true);
+        spdlog::info("storage: freed {} ({}) domain={} {}: {}", Mib(del.item.bytes),
+                     StorageKindName(del.item.kind),
+                     del.item.domain.empty() ? "-" : del.item.domain, del.item.id, del.reason);
+      } else {
+        report.skipped.push_back(del.item.id + ": " + why);
+        spdlog::info("storage: kept {} ({}): {}", del.item.id, StorageKindName(del.item.kind), why);
+      }
+    }
+    SetMetric("kiln_storage_collections_total", "", "", 1, true);
+    if (report.deleted > 0 || !report.plan.domains_over_budget.empty())
+      spdlog::info("storage: collection freed {} in {} item(s); {} in use of {} budget",
+                   Mib(report.freed_bytes), report.deleted,
+                   Mib(report.plan.total_bytes_before - report.freed_bytes),
+                   budgets.global_max_bytes > 0 ? Mib(budgets.global_max_bytes) : "no global");
+  }
+  // What the next builds of each domain are told.
+  std::map<std::string, std::string> refusals;
+  for (const auto& d : report.plan.domains_over_budget) {
+    refusals[d] =
+        OverBudgetMessage(d, report.plan.domain_bytes_after[d], budgets.domain_max_bytes[d],
+                          "domains." + d + ".storage.max_gb");
+  }
+  for (const auto& [d, share] : report.plan.domains_over_share) {
+    if (!refusals.count(d))
+      refusals[d] = OverBudgetMessage(d, report.plan.domain_bytes_after[d], share,
+                                      "storage.max_gb (its share of)");
+  }
+  for (const auto& [d, why] : refusals)
+    if (!dry_run)
+      spdlog::warn("storage: domain {} stays over its budget: builds refused until it is under", d);
+  if (gate_ && !dry_run) gate_->Set(std::move(refusals));
+  UpdateMetrics(items, report);
+  return report;
+}
+
+void StorageCollector::UpdateMetrics(const std::vector<StorageItem>& items,
+                                     const GcRunReport& report) {
+  std::set<std::string> deleted;
+  if (report.deleted > 0) {
+    std::set<std::string> skipped_ids;
+    for (const auto& s : report.skipped) skipped_ids.insert(s.substr(0, s.find(": ")));
+    for (const auto& d : report.plan.deletions)
+      if (!skipped_ids.count(d.item.id)) deleted.insert(d.item.id);
+  }
+  std::map<std::pair<std::string, std::string>, double> bytes;
+  std::set<std::string> domains = {""};
+  for (const auto& [name, d] : config_->domains) domains.insert(name);
+  for (const auto& d : domains)
+    for (StorageKind k : kAllKinds) bytes[{d, StorageKindName(k)}] = 0;
+  for (const auto& it : items)
+    if (!deleted.count(it.id)) bytes[{it.domain, StorageKindName(it.kind)}] += it.bytes;
+  for (const auto& [k, v] : bytes) SetMetric("kiln_storage_bytes", k.first, k.second, v);
+  GcBudgets budgets = BudgetsFromConfig(*config_);
+  if (budgets.global_max_bytes > 0)
+    SetMetric("kiln_storage_budget_bytes", "", "", static_cast<double>(budgets.global_max_bytes));
+  for (const auto& [d, b] : budgets.domain_max_bytes)
+    SetMetric("kiln_storage_budget_bytes", d, "", static_cast<double>(b));
+  for (const auto& [name, d] : config_->domains)
+    SetMetric(
+        "kiln_storage_over_budget", name, "",
+        report.plan.domains_over_budget.count(name) || report.plan.domains_over_share.count(name)
+            ? 1
+            : 0);
+}
+
+void StorageCollector::SetMetric(const std::string& name, const std::string& domain,
+                                 const std::string& kind, double value, bool add) {
+  std::lock_guard<std::mutex> l(metrics_mu_);
+  double& v = metrics_[{name, domain, kind}];
+  v = add ? v + value : value;
+}
+
+std::string StorageCollector::RenderMetrics() const {
+  static const std::map<std::string, std::pair<const char*, const char*>> kHelp = {
+      {"kiln_storage_bytes",
+       {"gauge", "Bytes kiln keeps in its state directory, per domain (\"\": shared) and kind"}},
+      {"kiln_storage_budget_bytes",
+       {"gauge", "Storage budget in bytes (domain \"\": storage.max_gb)"}},
+      {"kiln_storage_over_budget",
+       {"gauge", "1 while the domain stays over its budget after collection (builds refused)"}},
+      {"kiln_storage_collected_bytes_total", {"counter", "Bytes deleted by the storage collector"}},
+      {"kiln_storage_collections_total", {"counter", "Storage collections run"}},
+  };
+  std::lock_guard<std::mutex> l(metrics_mu_);
+  std::string out;
+  std::string last;
+  for (const auto& [key, value] : metrics_) {
+    const auto& [name, domain, kind] = key;
+    if (name != last) {
+      auto h = kHelp.find(name);
+      if (h != kHelp.end())
+        out += "# HELP " + name + " " + h->second.second + "\n# TYPE " + name + " " +
+               h->second.first + "\n";
+      last = name;
+    }
+    std::string labels;
+    if (name != "kiln_storage_collections_total") {
+      labels = "{domain=\"" + domain + "\"";
+      if (!kind.empty()) labels += ",kind=\"" + kind + "\"";
+      labels += "}";
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.0f", value);
+    out += name + labels + " " + buf + "\n";
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,247 @@
+#include "storage/collector.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "storage/inventory.h"
+#include "storage/lease_table.h"
+#include "storage/state_leases.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+class CollectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "kiln-gc-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(t.data()), nullptr);
+    dir_ = t;
+    auto c = std::make_shared<Config>();
+    c->server.state_dir = dir_;
+    for (const char* d : {"a", "b"}) {
+      DomainConfig dc;
+      dc.name = d;
+      dc.image.repository = std::string("loop/") + d;
+      c->domains[d] = dc;
+    }
+    config_ = c;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Writes `bytes` of data at `rel` (parents created) and sets its mtime `age_s` in the past.
+  void File(const std::string& rel, int64_t bytes, int age_s = 0) {
+    fs::path p = fs::path(dir_) / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << std::string(static_cast<size_t>(bytes), 'x');
+    if (age_s) Age(rel, age_s);
+  }
+  void Age(const std::string& rel, int age_s) {
+    struct timeval tv[2];
+    gettimeofday(&tv[0], nullptr);
+    tv[0].tv_sec -= age_s;
+    tv[1] = tv[0];
+    ASSERT_EQ(lutimes((fs::path(dir_) / rel).c_str(), tv), 0);
+  }
+  bool Exists(const std::string& rel) {
+    std::error_code ec;
+    return fs::exists(fs::symlink_status(fs::path(dir_) / rel, ec));
+  }
+  int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  std::shared_ptr<Config> Mutable() { return std::const_pointer_cast<Config>(config_); }
+
+  std::string dir_;
+  std::shared_ptr<const Config> config_;
+};
+
+TEST(StorageLeaseTable, HoldsAndUsesBlockCollectionOfTheirCandidateOnly) {
+  StorageLeaseTable t;
+  t.Hold("a", "c1", "b-1");
+  EXPECT_FALSE(t.TryBeginCollect("a/c1"));
+  EXPECT_FALSE(t.TryBeginCollect("a/*"));  // the domain's shared caches
+  EXPECT_TRUE(t.TryBeginCollect("a/c2"));
+  t.EndCollect("a/c2");
+  EXPECT_TRUE(t.TryBeginCollect("b/*"));
+  t.EndCollect("b/*");
+  t.Drop("a", "c1", "b-1");
+  t.Drop("a", "c1", "b-1");  // idempotent
+  {
+    auto use = t.Acquire("a", "c1");
+    EXPECT_FALSE(t.TryBeginCollect("a/c1"));
+    EXPECT_EQ(t.Busy(), (std::set<std::string>{"a/c1"}));
+  }
+  EXPECT_TRUE(t.Busy().empty());
+  EXPECT_TRUE(t.TryBeginCollect("a/c1"));
+  EXPECT_FALSE(t.TryBeginCollect("a/c1"));  // already collecting
+  t.EndCollect("a/c1");
+}
+
+TEST(StorageLeaseTable, AUseWaitsForACollectionInProgress) {
+  StorageLeaseTable t;
+  ASSERT_TRUE(t.TryBeginCollect("a/*"));
+  std::atomic<bool> acquired{false};
+  std::thread user([&] {
+    auto use = t.Acquire("a", "c1");
+    acquired = true;
+  });
+  // The collection still owns the domain: nobody may begin a second one.
+  EXPECT_FALSE(t.TryBeginCollect("a/*"));
+  t.EndCollect("a/*");
+  user.join();
+  EXPECT_TRUE(acquired);
+}
+
+TEST_F(CollectorTest, InventoryFindsEveryKindAndSizesIt) {
+  File("domains/a/candidates/c1/storage/rootless/layer", 2 * kMiB);
+  File("domains/a/candidates/c1/src/main.go", 10);
+  File("domains/a/cache/outputs/x.layer", kMiB);
+  File("domains/a/cache/layered/gocache/f", kMiB);
+  File("domains/a/deploy/blobs/sha256/abc", kMiB);
+  File("domains/a/deploy/rootfs/1-abc/bin", 10);
+  File("domains/a/repo.git/HEAD", 10);
+  File("domains/zzz/candidates/c1/storage/x", kMiB);  // not a configured domain
+  File("state/journal-1.log", 100);
+  std::string key(64, 'a');
+  File("keys/" + key + ".json", 0);
+  std::ofstream(fs::path(dir_) / "keys" / (key + ".json"))
+      << R"({"key":")" << key << R"(","image_ref":"r:5000/loop/b@sha256:11","digest":"sha256:11"})";
+  std::set<std::string> leased;
+  auto items = ScanInventory(dir_, *config_, &leased);
+  std::map<std::string, StorageItem> by_id;
+  for (const auto& it : items) by_id[it.id] = it;
+  ASSERT_TRUE(by_id.count("domains/a/candidates/c1/storage"));
+  EXPECT_GE(by_id["domains/a/candidates/c1/storage"].bytes, 2 * kMiB);
+  EXPECT_EQ(by_id["domains/a/candidates/c1/storage"].candidate, "c1");
+  EXPECT_EQ(by_id["domains/a/candidates/c1/src"].kind, StorageKind::kWorkspace);
+  EXPECT_EQ(by_id["domains/a/cache/outputs/x.layer"].kind, StorageKind::kLayeredOutput);
+  EXPECT_EQ(by_id["domains/a/cache/layered/gocache"].kind, StorageKind::kBuildCache);
+  EXPECT_EQ(by_id["domains/a/deploy/blobs/sha256/abc"].kind, StorageKind::kDeployBlob);
+  EXPECT_EQ(by_id["domains/a/repo.git"].kind, StorageKind::kGitRepo);
+  EXPECT_EQ(by_id["state"].kind, StorageKind::kJournal);
+  EXPECT_EQ(by_id["keys/" + key + ".json"].domain, "b");
+  EXPECT_EQ(by_id["keys/" + key + ".json"].images, (std::vector<std::string>{"sha256:11"}));
+  EXPECT_EQ(leased, (std::set<std::string>{"domains/a/deploy/rootfs/1-abc"}));
+  for (const auto& it : items) EXPECT_EQ(it.id.find("zzz"), std::string::npos) << it.id;
+}
+
+TEST_F(CollectorTest, DiskUsageNeverFollowsSymlinks) {
+  File("outside/big", 4 * kMiB);
+  File("domains/a/candidates/c1/storage/small", 10);
+  fs::create_symlink(fs::path(dir_) / "outside",
+                     fs::path(dir_) / "domains/a/candidates/c1/storage/link");
+  EXPECT_LT(DiskUsage(dir_ + "/domains/a/candidates/c1/storage"), kMiB);
+}
+
+TEST_F(CollectorTest, DomainOverBudgetCollectsItsIdleCandidateAndKeepsTheBusyOne) {
+  File("domains/a/candidates/c1/storage/l", 3 * kMiB, 100);
+  File("domains/a/candidates/c2/storage/l", 3 * kMiB, 7200);
+  File("domains/b/candidates/c1/storage/l", 3 * kMiB, 99999);  // other domain, older
+  Age("domains/a/candidates/c1/storage", 100);
+  Age("domains/a/candidates/c2/storage", 7200);
+  Age("domains/b/candidates/c1/storage", 99999);
+  Mutable()->domains["a"].storage.max_gb = 4.0 / 1024;  // 4 MiB
+  auto leases = std::make_shared<StorageLeaseTable>();
+  auto gate = std::make_shared<StorageGate>();
+  StorageCollector collector(config_, dir_, leases, gate);
+
+  GcRunReport dry = collector.RunOnce({}, /*dry_run=*/true, NowMs());
+  ASSERT_EQ(dry.plan.deletions.size(), 1u);
+  EXPECT_EQ(dry.plan.deletions[0].item.id, "domains/a/candidates/c2/storage");
+  EXPECT_TRUE(Exists("domains/a/candidates/c2/storage"));  // dry run: nothing deleted
+
+  GcRunReport r = collector.RunOnce({}, false, NowMs());
+  EXPECT_EQ(r.deleted, 1u);
+  EXPECT_FALSE(Exists("domains/a/candidates/c2/storage"));
+  EXPECT_TRUE(Exists("domains/a/candidates/c1/storage/l"));
+  EXPECT_TRUE(Exists("domains/b/candidates/c1/storage/l"));
+  EXPECT_EQ(gate->Refusal("a"), "");
+  EXPECT_NE(
+      collector.RenderMetrics().find("kiln_storage_bytes{domain=\"a\",kind=\"candidate_storage\"}"),
+      std::string::npos);
+
+  // Now c1 is building: it cannot go, so the domain stays over budget and builds are refused.
+  Mutable()->domains["a"].storage.max_gb = 1.0 / 1024;  // 1 MiB
+  leases->Hold("a", "c1", "b-7");
+  r = collector.RunOnce({}, false, NowMs());
+  EXPECT_EQ(r.deleted, 0u);
+  EXPECT_TRUE(Exists("domains/a/candidates/c1/storage/l"));
+  std::string why = gate->Refusal("a");
+  EXPECT_NE(why.find("domains.a.storage.max_gb"), std::string::npos) << why;
+  EXPECT_EQ(why.find(dir_), std::string::npos) << "no host path: " << why;
+  EXPECT_EQ(gate->Refusal("b"), "");
+  EXPECT_NE(collector.RenderMetrics().find("kiln_storage_over_budget{domain=\"a\"} 1"),
+            std::string::npos);
+
+  // The build ends: its storage may go, the domain builds again.
+  leases->Drop("a", "c1", "b-7");
+  r = collector.RunOnce({}, false, NowMs());
+  EXPECT_FALSE(Exists("domains/a/candidates/c1/storage"));
+  EXPECT_EQ(gate->Refusal("a"), "");
+}
+
+TEST_F(CollectorTest, IdleWorkspaceGoesWithItsMarkerAndIndex) {
+  File("domains/a/candidates/old/src/main.go", 10, 3 * 86400);
+  File("domains/a/candidates/old/index", 10, 3 * 86400);
+  File("domains/a/candidates/old/checked-out", 10, 3 * 86400);
+  Age("domains/a/candidates/old/src", 3 * 86400);
+  File("domains/a/candidates/new/src/main.go", 10);
+  StorageCollector collector(config_, dir_, nullptr, nullptr);
+  GcRunReport r = collector.RunOnce({}, false, NowMs());
+  EXPECT_EQ(r.deleted, 1u);
+  EXPECT_FALSE(Exists("domains/a/candidates/old/src"));
+  EXPECT_FALSE(Exists("domains/a/candidates/old/index"));
+  EXPECT_FALSE(Exists("domains/a/candidates/old/checked-out"));
+  EXPECT_TRUE(Exists("domains/a/candidates/new/src/main.go"));
+}
+
+TEST_F(CollectorTest, ProtectedKeyEntryAndRootfsStayUnderAnyBudget) {
+  std::string key(64, 'b');
+  File("keys/" + key + ".json", 0, 99999);
+  std::ofstream(fs::path(dir_) / "keys" / (key + ".json"))
+      << R"({"key":")" << key << R"(","image_ref":"r:5000/loop/a@sha256:22","digest":"sha256:22"})";
+  File("domains/a/deploy/rootfs/1-22/bin/app", 2 * kMiB, 99999);
+  File("domains/a/deploy/blobs/sha256/old", 2 * kMiB, 99999);
+  Mutable()->domains["a"].storage.max_gb = 1.0 / (1024 * 1024);  // 1 KiB
+  GcLeases leases;
+  leases.protected_images = {"sha256:22"};
+  StorageCollector collector(config_, dir_, nullptr, nullptr);
+  GcRunReport r = collector.RunOnce(leases, false, NowMs());
+  EXPECT_TRUE(Exists("keys/" + key + ".json"));
+  EXPECT_TRUE(Exists("domains/a/deploy/rootfs/1-22/bin/app"));
+  EXPECT_FALSE(Exists("domains/a/deploy/blobs/sha256/old"));
+  EXPECT_EQ(r.plan.domains_over_budget, (std::set<std::string>{"a"}));
+}
+
+TEST_F(CollectorTest, BudgetsFromConfigConvertsGiB) {
+  Mutable()->storage.max_gb = 2;
+  Mutable()->domains["a"].storage.max_gb = 0.5;
+  GcBudgets b = BudgetsFromConfig(*config_);
+  EXPECT_EQ(b.global_max_bytes, int64_t{2} << 30);
+  EXPECT_EQ(b.domain_max_bytes.at("a"), int64_t{1} << 29);
+  EXPECT_FALSE(b.domain_max_bytes.count("b"));
+  EXPECT_EQ(b.workspace_idle_ms, int64_t{86400} * 1000);
+}
+
+TEST(StateLeases, DigestOfImage) {
+  EXPECT_EQ(DigestOfImage("h:5000/loop/a@sha256:ab"), "sha256:ab");
+  EXPECT_EQ(DigestOfImage("h:5000/loop/a:tag"), "");
+}
+
+}  // namespace
+}  // namespace kiln

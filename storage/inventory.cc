@@ -1,0 +1,139 @@
+#include "storage/inventory.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Usage {
+  int64_t bytes = 0;
+  int64_t newest_mtime_ms = 0;
+};
+
+int64_t MtimeMs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
+
+Usage Measure(const std::string& path) {
+  Usage u;
+  struct stat top;
+  if (::lstat(path.c_str(), &top) != 0) return u;
+  u.bytes = static_cast<int64_t>(top.st_blocks) * 512;
+  u.newest_mtime_ms = MtimeMs(top);
+  if (!S_ISDIR(top.st_mode)) return u;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0) continue;
+    if (st.st_dev != top.st_dev) {  // a mount point inside the tree: not ours to count
+      if (S_ISDIR(st.st_mode)) it.disable_recursion_pending();
+      continue;
+    }
+    if (st.st_nlink > 1 && !S_ISDIR(st.st_mode) && !seen.insert({st.st_dev, st.st_ino}).second)
+      continue;
+    u.bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    u.newest_mtime_ms = std::max(u.newest_mtime_ms, MtimeMs(st));
+  }
+  return u;
+}
+
+bool IsDir(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(fs::symlink_status(p, ec));
+}
+
+std::vector<std::string> Entries(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Add(std::vector<StorageItem>* items, const std::string& state_dir, StorageKind kind,
+         const std::string& domain, const std::string& candidate, const std::string& rel,
+         std::vector<std::string> images = {}) {
+  std::string path = state_dir + "/" + rel;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;
+  Usage u = Measure(path);
+  StorageItem it;
+  it.kind = kind;
+  it.domain = domain;
+  it.candidate = candidate;
+  it.id = rel;
+  it.bytes = u.bytes;
+  it.last_used_ms = u.newest_mtime_ms;
+  it.images = std::move(images);
+  items->push_back(std::move(it));
+}
+
+std::string ReadSmall(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str().substr(0, 1 << 16);
+}
+
+}  // namespace
+
+int64_t DiskUsage(const std::string& path) { return Measure(path).bytes; }
+
+std::vector<StorageItem> ScanInventory(const std::string& state_dir, const Config& config,
+                                       std::set<std::string>* always_leased) {
+  std::vector<StorageItem> items;
+  for (const auto& [d, dc] : config.domains) {
+    const std::string base = "domains/" + d;
+    const fs::path droot = fs::path(state_dir) / base;
+    if (!IsDir(droot)) continue;
+    for (const auto& c : Entries(droot / "candidates")) {
+      std::string cbase = base + "/candidates/" + c;
+      if (!IsDir(fs::path(state_dir) / cbase)) continue;
+      Add(&items, state_dir, StorageKind::kCandidateStorage, d, c, cbase + "/storage");
+      Add(&items, state_dir, StorageKind::kWorkspace, d, c, cbase + "/src");
+    }
+    for (const auto& e : Entries(droot / "cache" / "outputs"))
+      Add(&items, state_dir, StorageKind::kLayeredOutput, d, "", base + "/cache/outputs/" + e);
+    Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/rootless");
+    for (const auto& e : Entries(droot / "cache" / "layered"))
+      Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/layered/" + e);
+    for (const auto& e : Entries(droot / "deploy" / "blobs" / "sha256"))
+      Add(&items, state_dir, StorageKind::kDeployBlob, d, "", base + "/deploy/blobs/sha256/" + e);
+    for (const auto& e : Entries(droot / "deploy" / "rootfs")) {
+      std::string rel = base + "/deploy/rootfs/" + e;
+      Add(&items, state_dir, StorageKind::kDeployRootfs, d, "", rel);
+      if (always_leased) always_leased->insert(rel);
+    }
+    Add(&items, state_dir, StorageKind::kGitRepo, d, "", base + "/repo.git");
+  }
+  // Build-key cache entries: the domain is the one whose image repository the entry names.
+  for (const auto& name : Entries(fs::path(state_dir) / "keys")) {
+    if (name.size() != 69 || name.compare(64, 5, ".json") != 0) continue;
+    auto j = nlohmann::json::parse(ReadSmall(fs::path(state_dir) / "keys" / name), nullptr, false);
+    std::string ref = j.is_object() ? j.value("image_ref", "") : "";
+    std::string digest = j.is_object() ? j.value("digest", "") : "";
+    std::string domain;
+    for (const auto& [d, dc] : config.domains) {
+      std::string needle = "/" + dc.image.repository + "@";
+      if (ref.find(needle) != std::string::npos) domain = d;
+    }
+    std::vector<std::string> images;
+    if (!digest.empty()) images.push_back(digest);
+    Add(&items, state_dir, StorageKind::kKeyEntry, domain, "", "keys/" + name, images);
+  }
+  Add(&items, state_dir, StorageKind::kJournal, "", "", "state");
+  return items;
+}
+
+}  // namespace kiln
