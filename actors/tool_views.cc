@@ -194,6 +194,7 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
                   {"build_ms", b.timings.build_ms},
                   {"push_ms", b.timings.push_ms},
                   {"total_ms", b.timings.total_ms}};
+  if (!b.timings.parts.empty()) j["timings"]["parts"] = b.timings.parts;  // issue 18
   MakeValidUtf8(&j);  // log tail, diagnostics and errors carry the build's own bytes
   return j;
 }
