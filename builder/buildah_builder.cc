@@ -565,9 +565,14 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--force-rm",
                                 "--pull=never", "-f", src + "/" + cf.file, "--iidfile", iid_in,
                                 "--build-arg", "KILN_REGISTRY=" + host,
-                                "--label", "kiln.build-key=" + job.key,
-                                "--label", "kiln.candidate=" + job.candidate};
-  if (!job.commit.empty()) a.insert(a.end(), {"--label", "kiln.commit=" + job.commit});
+                                "--annotation", "io.kiln.build-key=" + job.key,
+                                "--annotation", "io.kiln.candidate=" + job.candidate};
+  // Manifest annotations, not config labels (issue 18): buildah 1.28 turns every --label into
+  // a LABEL step of its own, committed as one more layer on every build (the build key changes
+  // each time, so those steps never hit the layer cache); annotations cost nothing, and the
+  // same content gives the same config (as in layered mode).
+  if (!job.commit.empty())
+    a.insert(a.end(), {"--annotation", "org.opencontainers.image.revision=" + job.commit});
   if (cf.target) a.insert(a.end(), {"--target", *cf.target});
   for (const auto& [k, v] : cf.build_args) a.insert(a.end(), {"--build-arg", k + "=" + v});
   a.insert(a.end(), {"-t", host + "/" + job.repository + ":" + job.tag, src + "/" + cf.context});
