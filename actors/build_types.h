@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,10 @@ struct BuildTimings {
   int64_t build_ms = 0;
   int64_t push_ms = 0;
   int64_t total_ms = 0;
+  // Issue 18 (per-part timings): where the time went, by part ("checkout_ms", "resolve_ms",
+  // "base_prep_ms", "build_ms", "export_ms", "push_ms"; layered: "sandbox_ms", "tar_ms",
+  // "compress_ms"). Shown as timings.parts; empty for cache hits and old records.
+  std::map<std::string, int64_t> parts;
 };
 
 /// What one build execution produced. Shared between deduplicated waiters and the cache.

@@ -434,6 +434,7 @@ void Execute(Self* self, const BuildId& id) {
         FileLock shared(env->domain_dir + "/repo.lock", LOCK_SH);
         st = Checkout::Update(*env->repo, commit, job.source_dir, &cs);
       }
+      d.parts["checkout_ms"] = Ms(Clock::now() - t0);
       if (!st.ok()) {
         d.phase = "checkout";
         // A tree over the domain's push limits (workspace/tree_limits.h) is the agent's to fix;
@@ -463,6 +464,7 @@ void Execute(Self* self, const BuildId& id) {
     d.image_id = br.image_id;
     d.diagnostics = std::move(br.diagnostics);
     d.elapsed_ms = Ms(Clock::now() - t0);
+    for (const auto& [part, ms] : br.timings) d.parts[part] = ms;
     caf::anon_send(me, d);
   });
 }
@@ -559,6 +561,7 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
     ReportFinished(self, r, CancelledOutcome());
     return;
   }
+  r.snap.timings.parts = d.parts;
   if (!d.status.ok()) {
     BuildStatus st = d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled : BuildStatus::kFailed;
     auto o = MakeOutcome(r, st);
@@ -625,6 +628,7 @@ void OnPushed(Self* self, Record& r, const WorkDone& d) {
     return;
   }
   r.snap.timings.push_ms = d.elapsed_ms;
+  r.snap.timings.parts["push_ms"] = d.elapsed_ms;
   bool ok = d.status.ok();
   BuildStatus st = ok ? BuildStatus::kSucceeded
                       : (d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled

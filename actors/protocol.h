@@ -105,6 +105,7 @@ struct WorkDone {
   std::vector<Diagnostic> diagnostics;   // build
   std::string digest, ref;               // push
   int64_t elapsed_ms = 0;
+  std::map<std::string, int64_t> parts;  // build: per-part timings (issue 18)
 };
 
 }  // namespace kiln

@@ -197,6 +197,7 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
                   {"waited_ms", b.waited_ms ? nlohmann::json(*b.waited_ms) : nlohmann::json(nullptr)}};
   j["started_on_push"] = b.started_on_push;  // issue 18
   j["joined"] = b.joined;
+  if (!b.timings.parts.empty()) j["timings"]["parts"] = b.timings.parts;  // issue 18
   MakeValidUtf8(&j);  // log tail, diagnostics and errors carry the build's own bytes
   return j;
 }

@@ -1,7 +1,9 @@
 #include "builder/buildah_builder.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "builder/base_store.h"
 #include "builder/containerfile_images.h"
 #include "builder/oci_layout_pusher.h"
 #include "builder/registry_client.h"
@@ -28,7 +31,7 @@ namespace {
 
 constexpr char kPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr char kOciRef[] = "img";
-constexpr int kExitLoad = 201;    // the inner script could not load a base image
+constexpr int kExitLoad = 201;    // the load script could not load a base image
 constexpr int kExitExport = 202;  // ... could not export the built image
 
 std::string ReadSmallFile(const std::string& path) {
@@ -123,18 +126,34 @@ void ChownTree(const std::string& dir, uid_t uid, gid_t gid) {
 // Image names present in a containers/storage overlay store (kiln reads the build user's file:
 // untrusted, size-bounded, only used to decide whether to load a base image again).
 std::set<std::string> StoredImageNames(const std::string& root) {
-  std::set<std::string> names;
   std::string text;
-  if (!ReadFileBeneath(root, "overlay-images/images.json", 64 << 20, &text).ok()) return names;
-  json j = json::parse(text, nullptr, false);
-  if (!j.is_array()) return names;
-  for (const auto& img : j) {
-    if (!img.is_object() || !img["names"].is_array()) continue;
-    for (const auto& n : img["names"])
-      if (n.is_string()) names.insert(n.get<std::string>());
-  }
-  return names;
+  if (!ReadFileBeneath(root, "overlay-images/images.json", 64 << 20, &text).ok()) return {};
+  return StoredImageNamesFromJson(text);
 }
+
+int64_t MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+// An exclusive flock on `path` for the object's lifetime (blocks: worker threads only).
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
+    if (fd_ >= 0) {
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
 
 // The state directory when `storage` is <state>/domains/<d>/candidates/<c>/storage, else the
 // candidate directory (storage's parent).
@@ -157,12 +176,6 @@ struct BuildahBuilder::BuildUser {
   gid_t gid = 0;
 };
 
-struct BuildahBuilder::BaseLoad {
-  std::string image;   // the name the Containerfile uses
-  std::string dir;     // OCI layout, relative to the rootless directory
-  std::string digest;  // registry digest (marker)
-};
-
 BuildahBuilder::BuildahBuilder(ProcessRunner* runner, std::string buildah,
                                std::shared_ptr<const Config> site)
     : runner_(runner), buildah_(std::move(buildah)), site_(std::move(site)) {}
@@ -174,6 +187,12 @@ std::string BuildahBuilder::RegistryHost(const std::string& url) {
   if (p != std::string::npos) s = s.substr(p + 3);
   while (!s.empty() && s.back() == '/') s.pop_back();
   return s;
+}
+
+std::string BuildahBuilder::BaseStoreMount(const std::string& store, bool writable) {
+  const std::string at = std::string(kSandboxRoot) + "/bases";
+  return "mkdir " + ShellQuote(at) + "\nmount --bind " + (writable ? "" : "-o ro ") +
+         ShellQuote(store) + " " + ShellQuote(at) + "\n";
 }
 
 std::string BuildahBuilder::ShellQuote(const std::string& s) {
@@ -260,11 +279,17 @@ Status BuildahBuilder::PrepareDirs(const BuildJob& job, const BuildUser& user) {
   // The build user's: its store, HOME, runtime dir, export and import layouts; the source is
   // bind-mounted on src (read-only) inside the namespace.
   const std::string b = job.storage_dir + "/rootless";
-  for (const char* sub : {"", "/root", "/run", "/home", "/xdg", "/oci", "/bases", "/src"}) {
+  for (const char* sub : {"", "/root", "/run", "/run-bases", "/home", "/xdg", "/oci", "/bases", "/src"}) {
     Status st = OwnedDir(b + sub, user.uid, user.gid, 0700);
     if (!st.ok()) return st;
   }
   Status st = OwnedDir(job.cache_dir + "/rootless", user.uid, user.gid, 0700);
+  if (!st.ok()) return st;
+  // The domain's shared base store (builder/base_store.h): kiln's directory, the build user's
+  // store inside it; builds get it read-only.
+  const BaseStorePaths bs = BaseStoreFor(job.cache_dir, user.uid);
+  st = OwnedDir(bs.dir, ::geteuid(), ::getegid(), 0700);
+  if (st.ok()) st = OwnedDir(bs.store, user.uid, user.gid, 0700);
   if (!st.ok()) return st;
   std::error_code ec;
   fs::create_directories(kSandboxRoot, ec);
@@ -273,9 +298,10 @@ Status BuildahBuilder::PrepareDirs(const BuildJob& job, const BuildUser& user) {
 }
 
 Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
-                                    const std::string& containerfile, std::vector<BaseLoad>* loads,
-                                    bool* agent_fault, const OutputFn& out,
-                                    const CancelToken* cancel) {
+                                    const std::string& containerfile,
+                                    std::vector<std::string>* in_use, bool* agent_fault,
+                                    const OutputFn& out, const CancelToken* cancel,
+                                    std::map<std::string, int64_t>* timings) {
   const std::string host = RegistryHost(job.registry.url);
   std::map<std::string, std::string> args = job.build.containerfile.build_args;
   args["KILN_REGISTRY"] = host;
@@ -292,13 +318,11 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
       return st;
     }
   }
-  const std::string b = job.storage_dir + "/rootless";
-  const std::string marker_path = job.storage_dir + "/kiln-bases.json";
-  json marker = json::parse(ReadSmallFile(marker_path), nullptr, false);
-  if (!marker.is_object()) marker = json::object();
-  std::set<std::string> stored = StoredImageNames(b + "/root");
+  // 1. Resolve every base image to its registry digest (a moved tag is loaded again).
+  const auto t_resolve = std::chrono::steady_clock::now();
   RegistryClient* client = Client(job.registry);
-  int n = 0;
+  std::vector<BaseWant> wanted;
+  std::map<std::string, std::string> source;  // image -> "docker://..." reference for skopeo
   for (const std::string& image : images) {
     std::string ihost, repo, ref;
     if (!SplitImage(image, &ihost, &repo, &ref) || RegistryHostOf(ihost) != RegistryHostOf(host)) {
@@ -322,20 +346,52 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
       return Status::Unavailable("registry " + host + " is unreachable while resolving base image " +
                                  image + ": " + st.message());
     }
-    bool digest_ref = ref.rfind("sha256:", 0) == 0;
-    bool have = marker.value(image, "") == digest && (digest_ref || stored.count(image) > 0);
-    if (have) continue;
-    if (cancel && cancel->cancelled()) return Status::Cancelled("build cancelled");
-    BaseLoad load;
-    load.image = image;
-    load.dir = "bases/" + std::to_string(n++);
-    load.digest = digest;
-    std::string dir = b + "/" + load.dir;
+    const bool digest_ref = ref.rfind("sha256:", 0) == 0;
+    source[image] = "docker://" + host + "/" + repo + (digest_ref ? "@" : ":") + ref;
+    wanted.push_back({image, digest});
+    in_use->push_back(BaseStoreName(image));
+  }
+  (*timings)["resolve_ms"] = MsSince(t_resolve);
+  // 2. The domain's shared store has them (the common case: no lock, no process)?
+  const auto t_bases = std::chrono::steady_clock::now();
+  const BaseStorePaths bs = BaseStoreFor(job.cache_dir, user.uid);
+  std::vector<BaseWant> missing =
+      MissingBases(wanted, ParseBaseMarker(ReadSmallFile(bs.marker)), StoredImageNames(bs.store));
+  if (missing.empty()) {
+    (*timings)["base_prep_ms"] = MsSince(t_bases);
+    return Status::Ok();
+  }
+  // 3. Fill it, once per domain: under the store's lock, look again (another candidate of the
+  // domain may just have loaded them), fetch with kiln's credential into OCI layouts, load them
+  // into the store as the build user (the only time it is writable), then record the digests.
+  FileLock lock(bs.lock);
+  if (!lock.ok()) return Status::Internal("cannot lock the domain's base image store");
+  std::map<std::string, std::string> marker = ParseBaseMarker(ReadSmallFile(bs.marker));
+  missing = MissingBases(wanted, marker, StoredImageNames(bs.store));
+  const std::string b = job.storage_dir + "/rootless";
+  std::vector<std::string> layouts;
+  auto clear_layouts = [&] {
+    for (const auto& l : layouts) RemoveTreeBeneath(job.storage_dir, "rootless/" + l);
+  };
+  std::ostringstream load;  // the build user's script: every layout into the shared store
+  auto q = ShellQuote;
+  const std::string m = kSandboxRoot;
+  load << "bl() { " << q(buildah_) << " --root " << q(m + "/bases") << " --runroot "
+       << q(m + "/c/run-bases") << " --storage-driver overlay \"$@\"; }\n";
+  for (size_t n = 0; n < missing.size(); ++n) {
+    const std::string& image = missing[n].image;
+    if (cancel && cancel->cancelled()) {
+      clear_layouts();
+      return Status::Cancelled("build cancelled");
+    }
+    const std::string rel = "bases/" + std::to_string(n);
+    const std::string dir = b + "/" + rel;
     std::error_code ec;
     // bases/ is the build user's: never follow a link it planted.
-    Status rm = RemoveTreeBeneath(job.storage_dir, "rootless/" + load.dir);
+    Status rm = RemoveTreeBeneath(job.storage_dir, "rootless/" + rel);
     if (!rm.ok()) return Status::Internal("cannot clear the base image layout: " + rm.message());
-    if (out) out("kiln: fetching base image " + image + "\n");
+    layouts.push_back(rel);
+    if (out) out("kiln: fetching base image " + image + " into the domain's base store\n");
     // kiln's own tool with kiln's credential; the build user only ever sees the layout.
     ProcessSpec spec;
     spec.argv = {"skopeo", "copy", "--quiet", "--retry-times", "2"};
@@ -347,14 +403,14 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
       fs::copy_file(*job.registry.ca_file, cert_dir + "/ca.crt", fs::copy_options::overwrite_existing, ec);
       spec.argv.insert(spec.argv.end(), {"--src-cert-dir", cert_dir});
     }
-    spec.argv.insert(spec.argv.end(), {"docker://" + host + "/" + repo + (digest_ref ? "@" : ":") + ref,
-                                       "oci:" + dir + ":" + kOciRef});
+    spec.argv.insert(spec.argv.end(), {source[image], "oci:" + dir + ":" + kOciRef});
     spec.env = std::map<std::string, std::string>{{"PATH", kPath}, {"HOME", job.storage_dir}};
     spec.timeout = std::chrono::seconds(600);
     // Issue 19: the base fetch counts against the build's deadline (RegistryDeadlineScope).
     auto left = RegistryDeadlineLeft();
     if (left && *left < spec.timeout) spec.timeout = std::max(*left, std::chrono::milliseconds(1));
     ProcessResult r = runner_->Run(spec, nullptr, cancel);
+    if (r.cancelled || !r.start_status.ok() || r.exit_code != 0) clear_layouts();
     if (r.cancelled) return Status::Cancelled("build cancelled");
     if (!r.start_status.ok()) return Status::Unavailable("cannot run skopeo: " + r.start_status.message());
     if (r.timed_out)  // issue 19
@@ -368,13 +424,34 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
                                  ": " + LastLines(o, 1));
     }
     ChownTree(dir, user.uid, user.gid);
-    loads->push_back(load);
+    const std::string local = "localhost" + m + "/c/" + rel;  // the name `pull oci:<dir>` gives
+    load << "id=$(bl pull -q " << q("oci:" + m + "/c/" + rel + ":" + kOciRef) << ") || { echo "
+         << q("kiln: could not load base image " + image) << " >&2; exit " << kExitLoad << "; }\n"
+         << "bl tag \"$id\" " << q(BaseStoreName(image)) << " || exit " << kExitLoad << "\n"
+         << "bl rmi " << q(local) << " >/dev/null 2>&1 || true\n";
   }
+  if (!missing.empty()) {
+    ProcessSpec spec = SandboxSpec(job, user, load.str(), /*bases_writable=*/true);
+    spec.timeout = std::chrono::seconds(600);
+    ProcessResult r = runner_->Run(spec, out, cancel);
+    clear_layouts();
+    if (r.cancelled) return Status::Cancelled("build cancelled");
+    if (!r.start_status.ok()) return Status::Unavailable("cannot run buildah: " + r.start_status.message());
+    if (r.exit_code != 0)
+      return Status::Unavailable("builder could not load a base image: " + LastLines(r.output, 1));
+    for (const BaseWant& w : missing) marker[w.image] = w.digest;
+    const std::string tmp = bs.marker + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << BaseMarkerText(marker);
+    std::error_code ec;
+    fs::rename(tmp, bs.marker, ec);
+  }
+  (*timings)["base_prep_ms"] = MsSince(t_bases);
   return Status::Ok();
 }
 
 ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& user,
-                                        const std::string& inner_script) const {
+                                        const std::string& inner_script,
+                                        bool bases_writable) const {
   const std::string m = kSandboxRoot;
   const std::string b = job.storage_dir + "/rootless";
   auto q = ShellQuote;
@@ -388,6 +465,9 @@ ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& us
     << "mount --bind " << q(b) << " " << q(m + "/c") << "\n"
     << "mount --bind " << q(job.cache_dir + "/rootless") << " " << q(m + "/cache") << "\n"
     << "mount --bind -o ro " << q(job.source_dir) << " " << q(m + "/c/src") << "\n";
+  // The domain's shared base store: read-only for builds (they can neither change nor delete a
+  // base image in it); writable only for kiln's own load script (PrepareBases).
+  s << BaseStoreMount(BaseStoreFor(job.cache_dir, user.uid).store, bases_writable);
   // Hide kiln's state, HOME and credential from anything that gets out of buildah's chroot.
   std::set<std::string> hide = {StateDirOf(job.storage_dir)};
   if (!job.home_dir.empty()) hide.insert(job.home_dir);
@@ -424,7 +504,8 @@ ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& us
 void BuildahBuilder::RemoveWorkingContainers(const BuildJob& job, const BuildUser& user) {
   const std::string m = kSandboxRoot;
   std::string inner = ShellQuote(buildah_) + " --root " + ShellQuote(m + "/c/root") + " --runroot " +
-                      ShellQuote(m + "/c/run") + " --storage-driver overlay rm --all";
+                      ShellQuote(m + "/c/run") + " --storage-driver overlay --storage-opt " +
+                      ShellQuote(std::string("overlay.imagestore=") + m + "/bases") + " rm --all";
   ProcessSpec spec = SandboxSpec(job, user, inner);
   spec.timeout = std::chrono::seconds(30);
   runner_->Run(spec, nullptr, nullptr);
@@ -453,9 +534,9 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
     return res;
   }
   const std::string text = ReadSmallFile(file);
-  std::vector<BaseLoad> loads;
+  std::vector<std::string> bases;  // their names in the shared base store
   bool agent_fault = false;
-  st = PrepareBases(job, user, text, &loads, &agent_fault, out, cancel);
+  st = PrepareBases(job, user, text, &bases, &agent_fault, out, cancel, &res.timings);
   if (!st.ok() && agent_fault && out) out("kiln: " + st.message() + "\n");
   if (!st.ok()) {
     res.status = st;
@@ -471,32 +552,33 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
 
   auto q = ShellQuote;
   std::ostringstream in;
+  // The candidate's own store, with the domain's base store as a read-only image store.
   in << "b() { " << q(buildah_) << " --root " << q(m + "/c/root") << " --runroot "
-     << q(m + "/c/run") << " --storage-driver overlay \"$@\"; }\n";
-  for (const BaseLoad& l : loads) {
-    std::string dir = m + "/c/" + l.dir;
-    std::string local = "localhost" + dir;  // the name `buildah pull oci:<dir>` gives it
-    in << "id=$(b pull -q " << q("oci:" + dir + ":" + kOciRef) << ") || { echo "
-       << q("kiln: could not load base image " + l.image) << " >&2; exit " << kExitLoad << "; }\n";
-    bool digest_ref = l.image.find('@') != std::string::npos;
-    std::string name = l.image;
-    if (digest_ref) {  // a name in the same repository, so the digest lookup finds it
-      std::string h, r, ref;
-      SplitImage(l.image, &h, &r, &ref);
-      name = h + "/" + r + ":kiln-pinned-" + ref.substr(7, 12);
-    }
-    in << "b tag \"$id\" " << q(name) << " || exit " << kExitLoad << "\n"
-       << "b rmi " << q(local) << " >/dev/null 2>&1 || true\n";
+     << q(m + "/c/run") << " --storage-driver overlay --storage-opt "
+     << q("overlay.imagestore=" + m + "/bases") << " \"$@\"; }\n";
+  // Base images an older kiln loaded into the candidate's own store would shadow the shared
+  // ones: untag them once (their layers go with the candidate's next prune).
+  {
+    const std::set<std::string> own = StoredImageNames(b + "/root");
+    for (const std::string& name : bases)
+      if (own.count(name)) in << "b rmi " << q(name) << " >/dev/null 2>&1 || true\n";
   }
+  std::error_code ec_marker;
+  fs::remove(job.storage_dir + "/kiln-bases.json", ec_marker);
   std::string host = RegistryHost(job.registry.url);
   std::string src = m + "/c/src";
   // --force-rm: a failed step must not leave its working container in the candidate's storage.
   std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--force-rm",
                                 "--pull=never", "-f", src + "/" + cf.file, "--iidfile", iid_in,
                                 "--build-arg", "KILN_REGISTRY=" + host,
-                                "--label", "kiln.build-key=" + job.key,
-                                "--label", "kiln.candidate=" + job.candidate};
-  if (!job.commit.empty()) a.insert(a.end(), {"--label", "kiln.commit=" + job.commit});
+                                "--annotation", "io.kiln.build-key=" + job.key,
+                                "--annotation", "io.kiln.candidate=" + job.candidate};
+  // Manifest annotations, not config labels (issue 18): buildah 1.28 turns every --label into
+  // a LABEL step of its own, committed as one more layer on every build (the build key changes
+  // each time, so those steps never hit the layer cache); annotations cost nothing, and the
+  // same content gives the same config (as in layered mode).
+  if (!job.commit.empty())
+    a.insert(a.end(), {"--annotation", "org.opencontainers.image.revision=" + job.commit});
   if (cf.target) a.insert(a.end(), {"--target", *cf.target});
   for (const auto& [k, v] : cf.build_args) a.insert(a.end(), {"--build-arg", k + "=" + v});
   a.insert(a.end(), {"-t", host + "/" + job.repository + ":" + job.tag, src + "/" + cf.context});
@@ -505,13 +587,28 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   in << " || exit $?\n";
   // The image leaves the build user's store as an OCI layout kiln pushes itself.
   in << "echo 'kiln: exporting the image'\n"
-     << "b push --quiet \"$(cat " << q(iid_in) << ")\" " << q("oci:" + m + "/c/oci:" + kOciRef)
+     << "b push --quiet --compression-level 1 \"$(cat " << q(iid_in) << ")\" " << q("oci:" + m + "/c/oci:" + kOciRef)
      << " || exit " << kExitExport << "\n";
 
   ProcessSpec spec = SandboxSpec(job, user, in.str());
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
-  ProcessResult r = runner_->Run(spec, out, cancel);
-  for (const BaseLoad& l : loads) RemoveTreeBeneath(job.storage_dir, "rootless/" + l.dir);
+  // Per-part timings: the build step ends where the export starts (its marker line).
+  const auto t_build = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t_export{};
+  OutputFn watch = [&](std::string_view chunk) {
+    if (t_export == std::chrono::steady_clock::time_point{} &&
+        chunk.find("kiln: exporting the image") != std::string_view::npos)
+      t_export = std::chrono::steady_clock::now();
+    if (out) out(chunk);
+  };
+  ProcessResult r = runner_->Run(spec, watch, cancel);
+  if (t_export != std::chrono::steady_clock::time_point{}) {
+    res.timings["build_ms"] =
+        std::chrono::duration_cast<std::chrono::milliseconds>(t_export - t_build).count();
+    res.timings["export_ms"] = MsSince(t_export);
+  } else {
+    res.timings["build_ms"] = MsSince(t_build);
+  }
   res.elapsed_ms = elapsed();
   if (!r.start_status.ok()) {
     res.status = Status::Unavailable("cannot run buildah: " + r.start_status.message());
@@ -524,18 +621,9 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
                                                         std::to_string(job.build.timeout_s) + " s");
     return res;
   }
-  if (r.exit_code != kExitLoad && !loads.empty()) {
-    json marker = json::parse(ReadSmallFile(job.storage_dir + "/kiln-bases.json"), nullptr, false);
-    if (!marker.is_object()) marker = json::object();
-    for (const BaseLoad& l : loads) marker[l.image] = l.digest;
-    std::ofstream(job.storage_dir + "/kiln-bases.json", std::ios::trunc) << marker.dump();
-  }
   if (r.exit_code != 0) {
-    if (r.exit_code == kExitLoad || r.exit_code == kExitExport) {
-      res.status = Status::Unavailable(std::string("builder could not ") +
-                                       (r.exit_code == kExitLoad ? "load a base image: "
-                                                                 : "export the image: ") +
-                                       LastLines(r.output, 1));
+    if (r.exit_code == kExitExport) {
+      res.status = Status::Unavailable("builder could not export the image: " + LastLines(r.output, 1));
       return res;
     }
     std::vector<std::string> workdirs;

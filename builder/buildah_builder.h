@@ -21,11 +21,21 @@
 // beside a ca_file or kubeconfig, kubeconfigs, /run/secrets), is hidden (SecretPaths).
 //
 // The build user never holds a credential: kiln resolves the Containerfile's base images
-// (FROM, COPY --from, RUN --mount from=) itself, copies the ones it does not have yet with
-// kiln's credential (skopeo, run by kiln) into an OCI layout the build user loads into its
-// store under the same name, and builds with --pull=never. The finished image leaves the
-// store as an OCI layout (`buildah push <id> oci:...`, run as the build user) that Push uploads
-// with kiln's credential (builder/oci_layout_pusher.h): missing blobs only, manifest last.
+// (FROM, COPY --from, RUN --mount from=) itself. Base images live in ONE store per domain
+// (builder/base_store.h, `<cache_dir>/bases/u<uid>`), shared by all its candidates as a
+// read-only additional image store (bind-mounted read-only in every build's namespace, passed
+// as `--storage-opt overlay.imagestore=`): a new candidate's first build fetches nothing, no
+// base is copied into a candidate's store, and removing a candidate's storage leaves it intact.
+// An image the store lacks (or a moved tag) is copied once per domain, under the store's lock,
+// with kiln's credential (skopeo, run by kiln) into an OCI layout the build user loads into the
+// store (the only process that sees it writable); builds run with --pull=never. The finished
+// image leaves the candidate's store as an OCI layout (`buildah push <id> oci:...`, gzip level
+// 1, run as the build user) that Push uploads with kiln's credential
+// (builder/oci_layout_pusher.h): missing blobs only, manifest last.
+//
+// Per-part timings (BuildResult::timings): resolve_ms (base digests from the registry),
+// base_prep_ms (shared-store check; fetch + load when missing), build_ms (`buildah build`,
+// including its commit), export_ms (the OCI layout export).
 //
 // Thread-safety: Build/Push may run concurrently for different storage_dir values; the
 // registry clients are shared under a mutex.
@@ -74,6 +84,9 @@ class BuildahBuilder : public Builder {
   /// From `site` (every domain) when given, plus the job's registry.
   static void SecretPaths(const Config* site, const BuildJob& job, std::vector<std::string>* files,
                           std::vector<std::string>* dirs);
+  /// The sandbox script lines that mount the domain's base store `store` on
+  /// <kSandboxRoot>/bases: read-only (every build) unless `writable` (kiln's load script).
+  static std::string BaseStoreMount(const std::string& store, bool writable);
   /// `s` single-quoted for /bin/sh.
   static std::string ShellQuote(const std::string& s);
 
@@ -82,14 +95,18 @@ class BuildahBuilder : public Builder {
 
  private:
   struct BuildUser;
-  struct BaseLoad;
   Status LookupUser(const std::string& name, BuildUser* user) const;
   Status PrepareDirs(const BuildJob& job, const BuildUser& user);
+  /// Resolves the Containerfile's base images and makes sure the domain's shared base store
+  /// holds each at its current digest (loading the missing ones under the store's lock).
+  /// `in_use` gets their names in the store; `timings` gets resolve_ms and base_prep_ms.
   Status PrepareBases(const BuildJob& job, const BuildUser& user, const std::string& containerfile,
-                      std::vector<BaseLoad>* loads, bool* agent_fault, const OutputFn& out,
-                      const CancelToken* cancel);
+                      std::vector<std::string>* in_use, bool* agent_fault, const OutputFn& out,
+                      const CancelToken* cancel, std::map<std::string, int64_t>* timings);
+  /// The build user's `inner_script` in the build's namespace; the domain's base store is
+  /// mounted on <kSandboxRoot>/bases, read-only unless `bases_writable` (kiln's load script).
   ProcessSpec SandboxSpec(const BuildJob& job, const BuildUser& user,
-                          const std::string& inner_script) const;
+                          const std::string& inner_script, bool bases_writable = false) const;
   void RemoveWorkingContainers(const BuildJob& job, const BuildUser& user);
   RegistryClient* Client(const RegistryConfig& reg);
 

@@ -46,6 +46,9 @@ struct BuildResult {
   std::string image_id;        // local image id when ok
   std::vector<Diagnostic> diagnostics;
   int64_t elapsed_ms = 0;
+  /// Issue 18: where elapsed_ms went, by part ("resolve_ms", "base_prep_ms", "build_ms",
+  /// "export_ms" in containerfile mode; "sandbox_ms", "tar_ms", "compress_ms" layered).
+  std::map<std::string, int64_t> timings;
 };
 
 struct PushResult {

@@ -325,6 +325,7 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   }
   res.status = Status::Ok();
   res.elapsed_ms = MsSince(t0);
+  res.timings = {{"sandbox_ms", sandbox_ms}, {"tar_ms", tar_ms}, {"compress_ms", gzip_ms}};
   return res;
 }
 

@@ -67,7 +67,7 @@ TEST(StateLoadBench, TenThousandBuilds) {
       f.image_ref = "127.0.0.1:5000/loop/app@" + f.digest;
       f.diagnostics = {{"cmd/server/main.go", 42, 7, "error", "undefined: handler"},
                        {"internal/x/y.go", 9, 1, "warning", "unused variable 'z'"}};
-      f.timings = {100, 20000, 3000, 23100};
+      f.timings = {100, 20000, 3000, 23100, {}};
       ASSERT_TRUE(store.RecordBuildFinished(f).ok());
     }
     journal_bytes = store.journal_bytes();

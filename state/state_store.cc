@@ -77,8 +77,10 @@ std::string FormatId(char prefix, uint64_t seq) {
 }
 
 json TimingsJson(const BuildTimings& t) {
-  return {{"queued_ms", t.queued_ms}, {"build_ms", t.build_ms}, {"push_ms", t.push_ms},
-          {"total_ms", t.total_ms}};
+  json j = {{"queued_ms", t.queued_ms}, {"build_ms", t.build_ms}, {"push_ms", t.push_ms},
+            {"total_ms", t.total_ms}};
+  if (!t.parts.empty()) j["parts"] = t.parts;  // issue 18
+  return j;
 }
 
 BuildTimings TimingsFrom(const json& j) {
@@ -87,6 +89,9 @@ BuildTimings TimingsFrom(const json& j) {
   t.build_ms = j.value("build_ms", int64_t{0});
   t.push_ms = j.value("push_ms", int64_t{0});
   t.total_ms = j.value("total_ms", int64_t{0});
+  if (j.contains("parts") && j["parts"].is_object())  // issue 18
+    for (auto it = j["parts"].begin(); it != j["parts"].end(); ++it)
+      if (it.value().is_number_integer()) t.parts[it.key()] = it.value().get<int64_t>();
   return t;
 }
 

@@ -11,8 +11,10 @@
 //   KILN_TEST_DEBUG=1   kiln debug logs
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +72,12 @@ bool WaitFor(Pred pred, milliseconds limit) {
     if (Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(milliseconds(50));
   }
+}
+
+// The build user's uid ("" when it does not exist): names its base store (builder/base_store.h).
+std::string BuildUid() {
+  struct passwd* pw = ::getpwnam("kiln-build");
+  return pw ? std::to_string(pw->pw_uid) : "";
 }
 
 // A TCP port on 127.0.0.1 that nothing listens on (bound, then released).
@@ -828,9 +836,73 @@ TEST_F(IntegrationTest, CrossDomainBaseImageIsRefusedBeforeAnyFetch) {
     std::error_code ec;
     EXPECT_TRUE(fs::is_empty(storage / "rootless" / "bases", ec) || ec) << storage;
     EXPECT_FALSE(fs::exists(storage / "kiln-bases.json")) << storage;
+    EXPECT_FALSE(Contains(ReadFile(env_->state_dir() / "domains" / kBeta / "cache" / "bases" /
+                                   ("u" + BuildUid() + ".json")),
+                          alpha_image))
+        << "alpha's image reached beta's base store";
   }
   // beta's own builds from the shared base images still work.
   ExpectPushed(Build(kBeta, "own", BusyboxSource("beta-own", "beta's note")), kBeta, "own");
+}
+
+// Issue 18: one read-only store of base images per domain. A new candidate's first build fetches
+// no base image (the domain's store already has it), builds never change the store, and it
+// survives a candidate's storage being removed. Results report per-part timings.
+TEST_F(IntegrationTest, SharedBaseStoreServesNewCandidatesAndStaysUnchanged) {
+  Start(BaseConfig(2));
+  struct passwd* pw = ::getpwnam("kiln-build");
+  ASSERT_NE(pw, nullptr) << "scripts/setup.sh creates the build user kiln-build";
+  const fs::path bases = env_->state_dir() / "domains" / kAlpha / "cache" / "bases";
+  const fs::path store = bases / ("u" + std::to_string(pw->pw_uid));
+  const std::string busybox = registry().host() + "/kiln/busybox:1";
+  const std::string tag = "bs-" + std::to_string(::getpid());
+
+  ToolResult first = Build(kAlpha, tag + "-a", BusyboxSource("bs-a", "a"));
+  ExpectPushed(first, kAlpha, tag + "-a");
+  const json& parts = first.structured["timings"]["parts"];
+  for (const char* p : {"resolve_ms", "base_prep_ms", "build_ms", "export_ms", "push_ms"})
+    EXPECT_TRUE(parts.contains(p) && parts[p].is_number_integer()) << p << " in " << first.structured.dump(2);
+  // The domain's store holds the base, recorded at its registry digest; no candidate store does.
+  std::string digest;
+  ASSERT_TRUE(registry().ManifestDigest("kiln/busybox:1", &digest).ok());
+  json marker = json::parse(ReadFile(bases / ("u" + std::to_string(pw->pw_uid) + ".json")), nullptr, false);
+  ASSERT_TRUE(marker.is_object()) << bases;
+  EXPECT_EQ(marker.value(busybox, ""), digest) << marker.dump();
+  EXPECT_TRUE(Contains(ReadFile(store / "overlay-images" / "images.json"), "\"" + busybox + "\""));
+  EXPECT_FALSE(Contains(ReadFile(StorageDir(kAlpha, tag + "-a") / "rootless" / "root" /
+                                 "overlay-images" / "images.json"),
+                        "\"" + busybox + "\""))
+      << "the base image was copied into the candidate's own store";
+
+  // Every file of the store (name, size, mtime) before the next builds.
+  auto snapshot = [&] {
+    std::map<std::string, std::pair<uintmax_t, long long>> files;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(store, ec); !ec && it != fs::end(it); it.increment(ec)) {
+      struct stat st;
+      if (::lstat(it->path().c_str(), &st) != 0) continue;
+      files[it->path().string()] = {static_cast<uintmax_t>(st.st_size),
+                                    static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+    }
+    return files;
+  };
+  const auto before = snapshot();
+  ASSERT_FALSE(before.empty());
+
+  // A new candidate's first build: no fetch, and a build that tries to remove the base from
+  // inside its RUN step (it cannot even see the store) changes nothing.
+  ToolResult second = Build(kAlpha, tag + "-b", BusyboxSource("bs-b", "b", "rm -rf /bin/ls; echo done"));
+  ExpectPushed(second, kAlpha, tag + "-b");
+  std::string log = FullLog(kAlpha, second.structured.value("build_id", ""));
+  EXPECT_FALSE(Contains(log, "fetching base image")) << log;
+
+  // The first candidate's storage removed: its next build still finds the base, fetches nothing.
+  fs::remove_all(StorageDir(kAlpha, tag + "-a"));
+  ToolResult third = Build(kAlpha, tag + "-a", BusyboxSource("bs-a2", "a again"));
+  ExpectPushed(third, kAlpha, tag + "-a");
+  log = FullLog(kAlpha, third.structured.value("build_id", ""));
+  EXPECT_FALSE(Contains(log, "fetching base image")) << log;
+  EXPECT_EQ(snapshot(), before) << "a build changed the shared base store";
 }
 
 }  // namespace
