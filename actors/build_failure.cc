@@ -50,6 +50,17 @@ std::string KindFromMessage(const std::string& msg) {
 
 }  // namespace
 
+std::string HostFailureIn(const std::string& output) {
+  const std::string o = Lower(output);
+  if (Contains(o, "no space left on device") || Contains(o, "enospc"))
+    return "kiln's build host ran out of disk space (no space left on device)";
+  if (Contains(o, "disk quota exceeded") || Contains(o, "edquot")) return "kiln's build host ran out of disk quota (disk quota exceeded)";
+  if (Contains(o, "read-only file system") || Contains(o, "erofs"))
+    return "a file system of kiln's build host is read-only (read-only file system)";
+  if (Contains(o, "input/output error")) return "kiln's build host had a disk I/O error (input/output error)";
+  return "";
+}
+
 std::string ScrubHostDetails(std::string text, const std::vector<std::string>& hidden) {
   std::vector<std::string> order = hidden;
   // Longest first, so that a path is replaced before a prefix of it.
@@ -77,8 +88,13 @@ std::string ScrubHostDetails(std::string text, const std::vector<std::string>& h
   return text;
 }
 
-std::string NextStepFor(const std::string& kind, const std::string& candidate) {
-  const std::string branch = candidate.empty() ? "<candidate>" : candidate;
+std::string GitPushCommand(const std::string& remote, const std::string& candidate) {
+  return "git -c http.extraHeader=\"Authorization: Bearer <your token>\" push " +
+         (remote.empty() ? std::string("<kiln>/git/<domain>.git") : remote) + " HEAD:refs/heads/" +
+         (candidate.empty() ? std::string("<candidate>") : candidate);
+}
+
+std::string NextStepFor(const std::string& kind, const std::string& candidate, const std::string& remote) {
   if (kind == "compile")
     return "fix the code at the diagnostics' locations (build_log has the full compiler output), commit, "
            "push and call build_candidate again";
@@ -103,7 +119,7 @@ std::string NextStepFor(const std::string& kind, const std::string& candidate) {
   if (kind == "superseded")
     return "wait for the newer build (candidate_status shows it), or call build_candidate again";
   if (kind == "not_pushed")
-    return "push the branch to kiln first: git push <kiln remote> HEAD:refs/heads/" + branch +
+    return "push the branch to kiln first: " + GitPushCommand(remote, candidate) +
            ", then call build_candidate again";
   if (kind == "invalid_argument") return "correct the arguments named in the error and call the tool again";
   return "not your code: retry later with the same call; if it keeps failing, tell the operator";
@@ -123,6 +139,11 @@ FailureView DescribeFailure(const FailureFacts& f) {
   } else if (f.stage == "resolve" && (code == Status::Code::kNotFound || code == Status::Code::kInvalidArgument)) {
     v.error_kind = code == Status::Code::kNotFound ? "not_pushed" : "invalid_argument";
     v.error = msg;
+  } else if ((f.agent_fault || f.stage == "build") && !HostFailureIn(f.log_tail + "\n" + msg).empty()) {
+    // A full disk during RUN is not the agent's compile failure.
+    v.error_kind = "infrastructure";
+    v.error = HostFailureIn(f.log_tail + "\n" + msg) + " during the build" +
+              (msg.empty() ? std::string() : " (" + msg + ")");
   } else if (f.agent_fault || !f.hint.empty()) {
     v.error_kind = !f.hint.empty() ? f.hint : KindFromMessage(msg);
     size_t errors = 0;
@@ -139,7 +160,9 @@ FailureView DescribeFailure(const FailureFacts& f) {
     if (first && (v.error_kind == "compile" || v.error_kind == "test")) {
       const size_t n = errors ? errors : f.diagnostics.size();
       std::string where = Where(*first);
-      v.error = std::string(v.error_kind == "test" ? "tests failed" : "the build failed") + " with " +
+      // The builder's "step 3/5 (RUN go test ./...) failed with exit code 1" leads.
+      const std::string step = msg.rfind("step ", 0) == 0 ? msg + ": " : std::string();
+      v.error = step + std::string(v.error_kind == "test" ? "tests failed" : "the build failed") + " with " +
                 std::to_string(n) + (n == 1 ? " diagnostic" : " diagnostics") + "; the first: " +
                 (where.empty() ? "" : where + ": ") + FirstLine(first->message, 300);
     } else {
@@ -153,7 +176,7 @@ FailureView DescribeFailure(const FailureFacts& f) {
                                                : "run the build";
     v.error = std::string("kiln could not ") + what + (msg.empty() ? std::string() : ": " + msg);
   }
-  v.next_step = NextStepFor(v.error_kind, f.candidate);
+  v.next_step = NextStepFor(v.error_kind, f.candidate, f.remote);
   return v;
 }
 

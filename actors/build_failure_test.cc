@@ -72,6 +72,11 @@ TEST(BuildFailure, ResolveFailuresPointAtThePush) {
   FailureView v = DescribeFailure(Facts("resolve", Status::NotFound("branch 'fast' not found in domain repository")));
   EXPECT_EQ(v.error_kind, "not_pushed");
   EXPECT_NE(v.next_step.find("HEAD:refs/heads/fast"), std::string::npos);
+  FailureFacts f = Facts("resolve", Status::NotFound("branch 'fast' not found in domain repository"));
+  f.remote = "https://kiln.example.com/git/epp.git";
+  EXPECT_EQ(DescribeFailure(f).next_step,
+            "push the branch to kiln first: git -c http.extraHeader=\"Authorization: Bearer <your token>\" push "
+            "https://kiln.example.com/git/epp.git HEAD:refs/heads/fast, then call build_candidate again");
   v = DescribeFailure(Facts("resolve", Status::InvalidArgument("ref must be a branch, not HEAD")));
   EXPECT_EQ(v.error_kind, "invalid_argument");
 }
@@ -94,6 +99,43 @@ TEST(BuildFailure, EveryFieldIsAlwaysSet) {
       EXPECT_FALSE(v.next_step.empty());
     }
   }
+}
+
+// Issue 16: a failing step names its instruction and exit code; host failures are not the agent's.
+TEST(BuildFailure, FailingStepLeadsTheError) {
+  FailureFacts f =
+      Facts("build", Status::FailedPrecondition("step 3/5 (RUN go test ./...) failed with exit code 1"), true);
+  f.diagnostics = {{"pkg/calc/calc_test.go", 7, 0, "error", "--- FAIL: TestAdd: got 0 want 2"}};
+  FailureView v = DescribeFailure(f);
+  EXPECT_EQ(v.error_kind, "test");
+  EXPECT_EQ(v.error,
+            "step 3/5 (RUN go test ./...) failed with exit code 1: tests failed with 1 diagnostic; the first: "
+            "pkg/calc/calc_test.go:7: --- FAIL: TestAdd: got 0 want 2");
+  f.diagnostics.clear();
+  v = DescribeFailure(f);
+  EXPECT_EQ(v.error, "step 3/5 (RUN go test ./...) failed with exit code 1");
+}
+
+TEST(BuildFailure, HostFailuresDuringABuildAreInfrastructure) {
+  FailureFacts f =
+      Facts("build", Status::FailedPrecondition("step 4/5 (RUN go build ./...) failed with exit code 1"), true);
+  f.diagnostics = {{"", 0, 0, "error", "write /tmp/go-build123/b001/exe/a.out: no space left on device"}};
+  f.log_tail = "STEP 4/5: RUN go build ./...\ngo: write /tmp/x: no space left on device\n";
+  FailureView v = DescribeFailure(f);
+  EXPECT_EQ(v.error_kind, "infrastructure");
+  EXPECT_EQ(v.error,
+            "kiln's build host ran out of disk space (no space left on device) during the build (step 4/5 (RUN go "
+            "build ./...) failed with exit code 1)");
+  EXPECT_EQ(v.next_step.rfind("not your code", 0), 0u);
+  EXPECT_EQ(HostFailureIn("cp: cannot create regular file: Read-only file system"),
+            "a file system of kiln's build host is read-only (read-only file system)");
+  EXPECT_EQ(HostFailureIn("open x: disk quota exceeded"), "kiln's build host ran out of disk quota (disk quota exceeded)");
+  EXPECT_EQ(HostFailureIn("main.go:3:1: syntax error"), "");
+  // Running out of memory under the sandbox's limit is the agent's program, not the host.
+  EXPECT_EQ(HostFailureIn("fork: Cannot allocate memory"), "");
+  f.log_tail = "main.go:3:1: syntax error\n";
+  f.diagnostics = {{"main.go", 3, 1, "error", "syntax error"}};
+  EXPECT_EQ(DescribeFailure(f).error_kind, "compile");
 }
 
 TEST(BuildFailure, ScrubReplacesWholePathsLongestFirst) {

@@ -27,6 +27,7 @@ struct BuildSnapshot {
   std::string log_tail;
   std::optional<int64_t> queue_position;
   BuildTimings timings;
+  std::string remote;  // issue 16: the domain's git remote, for not_pushed's next_step
 };
 
 /// build_candidate arguments: candidate (required), ref?, commit?, wait? (bool).
@@ -47,6 +48,10 @@ Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate);
 Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id);
 Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
                     size_t* limit);
+/// Issue 16: also `tail` (1..1 MiB: the last `tail` bytes; not with offset/limit). *tail is 0
+/// when not given.
+Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
+                    size_t* limit, size_t* tail);
 /// Build ids look like "b-" + 16 lowercase hex.
 bool IsValidBuildId(const std::string& id);
 

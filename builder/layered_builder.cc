@@ -14,6 +14,7 @@
 
 #include "builder/layer_writer.h"
 #include "builder/oci_image.h"
+#include "builder/oci_layout_pusher.h"
 #include "builder/outputs_cache.h"
 #include "builder/registry_client.h"
 #include "builder/sandbox_command.h"
@@ -236,6 +237,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     park_base();
     DiagnosticsOptions dopts;
     dopts.source_roots = {"/workspace/"};
+    dopts.repo_root = job.source_dir;  // issue 16: repo-relative paths, go test packages
+    std::string go_mod;
+    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok()) dopts.go_module = GoModulePath(go_mod);
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     res.compile_failed = true;
     res.status = Status::FailedPrecondition("build command failed (exit " + std::to_string(r.exit_code) + ")");

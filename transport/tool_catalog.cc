@@ -157,15 +157,24 @@ json BuildLog() {
   return Tool(
       "build_log", "Build log",
       "A page of a build's log. Start at offset 0 and pass next_offset to read on; complete is "
-      "true when the build finished and the whole log was read.",
+      "true when the build finished and the whole log was read. A failed build's log starts "
+      "with kiln's one-line reason (`kiln: ...`). tail=N returns the last N bytes instead (where "
+      "compilers and failing tests print last); not with offset or limit.",
       InputObject(
-          {{"build_id", StringProp("Build identifier.")},
-           {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset."}}},
+          {{"build_id", {{"type", "string"},
+                         {"pattern", "^b-[0-9a-f]{16}$"},
+                         {"description", "Build identifier (b- and 16 lowercase hex), as build_candidate returned it."}}},
+           {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset (default 0)."}}},
            {"limit",
             {{"type", "integer"},
              {"minimum", 1},
              {"maximum", 1048576},
-             {"description", "Maximum bytes to return."}}}},
+             {"description", "Maximum bytes to return (default 65536)."}}},
+           {"tail",
+            {{"type", "integer"},
+             {"minimum", 1},
+             {"maximum", 1048576},
+             {"description", "Return the last `tail` bytes of the log (not with offset/limit)."}}}},
           {"build_id"}),
       OpenObject({{"build_id", Nullable({{"type", "string"}})},
                   {"text", Nullable({{"type", "string"}})},
