@@ -1008,7 +1008,8 @@ std::optional<FailedStep> FindFailedStep(std::string_view build_output) {
       if (ParseInt(digits.substr(0, n), &code)) step.exit_code = code;
     }
     // buildah echoes the instruction with its arguments expanded the same way in both lines.
-    if (!last_instruction.empty() && last_instruction == step.instruction) step.position = last_position;
+    if (!last_instruction.empty() && last_instruction == step.instruction)
+      step.position = last_position;
     found = std::move(step);
   }
   if (found) {
@@ -1034,11 +1035,13 @@ std::string GoModulePath(std::string_view go_mod) {
     if (nl == std::string_view::npos) nl = go_mod.size();
     std::string_view line = Trim(go_mod.substr(start, nl - start));
     start = nl + 1;
-    if (!StartsWith(line, "module") || line.size() < 7 || !(IsSpace(line[6]) || line[6] == '"')) continue;
+    if (!StartsWith(line, "module") || line.size() < 7 || !(IsSpace(line[6]) || line[6] == '"'))
+      continue;
     line = Trim(line.substr(6));
     const size_t comment = line.find("//");
     if (comment != std::string_view::npos) line = Trim(line.substr(0, comment));
-    if (line.size() >= 2 && (line.front() == '"' || line.front() == '`') && line.back() == line.front())
+    if (line.size() >= 2 && (line.front() == '"' || line.front() == '`') &&
+        line.back() == line.front())
       line = line.substr(1, line.size() - 2);
     if (line.empty() || line.size() > 512) return "";
     for (char c : line)

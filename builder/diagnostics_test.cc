@@ -641,7 +641,8 @@ TEST(FailedStepTest, NamesTheInstructionItsPositionAndExitCode) {
   EXPECT_EQ(s->position, "5/5");
   EXPECT_EQ(s->instruction, "RUN mkdir -p /tmp && go build ./...");
   EXPECT_EQ(s->exit_code, 2);
-  EXPECT_EQ(DescribeFailedStep(*s), "step 5/5 (RUN mkdir -p /tmp && go build ./...) failed with exit code 2");
+  EXPECT_EQ(DescribeFailedStep(*s),
+            "step 5/5 (RUN mkdir -p /tmp && go build ./...) failed with exit code 2");
   s = FindFailedStep(ReadTestdata("buildah_pytest.txt"));
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->position, "3/5");
@@ -651,7 +652,8 @@ TEST(FailedStepTest, NamesTheInstructionItsPositionAndExitCode) {
 
 TEST(FailedStepTest, OlderBuildahWordingAndMultiStageBuilds) {
   auto s = FindFailedStep(
-      "[1/2] STEP 1/3: FROM r/kiln/go:1 AS build\n[1/2] STEP 2/3: RUN go test ./...\n--- FAIL: TestX (0.00s)\n"
+      "[1/2] STEP 1/3: FROM r/kiln/go:1 AS build\n[1/2] STEP 2/3: RUN go test ./...\n--- FAIL: "
+      "TestX (0.00s)\n"
       "error building at STEP \"RUN go test ./...\": error while running runtime: exit status 1\n");
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->position, "2/3");
