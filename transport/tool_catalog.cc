@@ -82,6 +82,11 @@ json BuildResultSchema() {
   });
 }
 
+// Issue 16: build ids as tool_views.h IsValidBuildId accepts them.
+json BuildIdProp(const std::string& description) {
+  return {{"type", "string"}, {"pattern", "^b-[0-9a-f]{16}$"}, {"description", description}};
+}
+
 json Annotations(bool read_only, bool destructive, bool idempotent) {
   return {{"readOnlyHint", read_only},
           {"destructiveHint", destructive},
@@ -187,7 +192,7 @@ json BuildLog() {
 json CancelBuild() {
   return Tool("cancel_build", "Cancel build",
               "Cancel a queued or running build. Cancelling a finished build changes nothing.",
-              InputObject({{"build_id", StringProp("Build identifier.")}}, {"build_id"}),
+              InputObject({{"build_id", BuildIdProp("Build identifier (b- and 16 lowercase hex).")}}, {"build_id"}),
               OpenObject({{"build_id", Nullable({{"type", "string"}})},
                           {"status", Nullable({{"type", "string"}})},
                           {"error", Nullable({{"type", "string"}})}}),
@@ -217,7 +222,8 @@ json DeployCandidate() {
       "ErrImagePull, CrashLoopBackOff, Unauthorized, Forbidden, NotFound, Unavailable, Timeout, "
       "StartFailed, HealthCheckFailed, Superseded) and `message`.",
       InputObject({{"candidate", NameProp("Candidate name.")},
-                   {"build_id", StringProp("Build to deploy (default: latest successful).")},
+                   {"build_id", BuildIdProp("Build to deploy (default: the candidate's latest successful "
+                                            "build); it must be a build of this candidate.")},
                    {"wait", {{"type", "boolean"}, {"default", true}}}},
                   {"candidate"}),
       OpenObject({{"deploy_id", Nullable({{"type", "string"}})},
