@@ -357,8 +357,8 @@ caf::result<ToolResult> Deploy(Self* self, const std::string& candidate,
   }
   auto cand = Candidate(self, candidate, false);
   if (!cand)
-    return DomainError(self, "candidate '" + candidate + "' is not known in domain '" + s.env->domain +
-                     "' (known candidates: " + KnownCandidates(self) + "); build it first",
+    return DomainError(self, "candidate '" + candidate + "' has no successful build to deploy: it is not known in domain '" +
+                           s.env->domain + "' (known candidates: " + KnownCandidates(self) + "); build it first",
                        "not_pushed", candidate);
   uint64_t arrival = s.order.Arrive();
   caf::response_promise rp = self->make_response_promise();
