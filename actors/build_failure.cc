@@ -156,6 +156,9 @@ FailureView DescribeFailure(const FailureFacts& f) {
              (code == Status::Code::kNotFound || code == Status::Code::kInvalidArgument)) {
     v.error_kind = code == Status::Code::kNotFound ? "not_pushed" : "invalid_argument";
     v.error = msg;
+    // The exact push command is in next_step; the generic one in the message would only differ.
+    const size_t hint = v.error.find("; push it first");
+    if (v.error_kind == "not_pushed" && hint != std::string::npos && hint > 0) v.error.resize(hint);
   } else if ((f.agent_fault || f.stage == "build") &&
              !HostFailureIn(f.log_tail + "\n" + msg).empty()) {
     // A full disk during RUN is not the agent's compile failure.
@@ -186,6 +189,8 @@ FailureView DescribeFailure(const FailureFacts& f) {
                 FirstLine(first->message, 300);
     } else {
       v.error = msg.empty() ? std::string("a build step failed") : msg;
+      // A failed step of another kind ("step 2/5 (RUNN ) failed") says what the builder said.
+      if (first && msg.rfind("step ", 0) == 0) v.error += ": " + FirstLine(first->message, 300);
     }
   } else {
     v.error_kind = "infrastructure";

@@ -61,6 +61,18 @@ TEST(BuildFailure, AgentFaultWithoutDiagnosticsKeepsTheBuildersMessage) {
   EXPECT_EQ(v.error, "build command failed (exit 2)");
 }
 
+TEST(BuildFailure, AFailedNonRunStepSaysWhatTheBuilderSaid) {
+  FailureFacts f = Facts("build", Status::FailedPrecondition("step 2/5 (RUNN ) failed"), true);
+  f.hint = "containerfile";
+  f.diagnostics = {{"", 0, 0, "error",
+                    "building at STEP \"RUNN \": Build error: Unknown instruction: \"RUNN\""}};
+  FailureView v = DescribeFailure(f);
+  EXPECT_EQ(v.error_kind, "containerfile");
+  EXPECT_EQ(v.error,
+            "step 2/5 (RUNN ) failed: building at STEP \"RUNN \": Build error: Unknown "
+            "instruction: \"RUNN\"");
+}
+
 TEST(BuildFailure, BuilderHintWins) {
   FailureFacts f =
       Facts("build", Status::FailedPrecondition("step 3/5 RUN make failed (exit 2)"), true);
@@ -92,6 +104,11 @@ TEST(BuildFailure, ResolveFailuresPointAtThePush) {
   FailureFacts f =
       Facts("resolve", Status::NotFound("branch 'fast' not found in domain repository"));
   f.remote = "https://kiln.example.com/git/epp.git";
+  f.status = Status::NotFound(
+      "branch 'fast' not found in domain repository; push it first: git push "
+      "<kiln>/git/<domain>.git "
+      "HEAD:refs/heads/fast");
+  EXPECT_EQ(DescribeFailure(f).error, "branch 'fast' not found in domain repository");
   EXPECT_EQ(
       DescribeFailure(f).next_step,
       "push the branch to kiln first: git -c http.extraHeader=\"Authorization: Bearer <your "

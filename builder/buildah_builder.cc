@@ -548,7 +548,7 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
     res.compile_failed = !infra;
     const std::optional<FailedStep> step = FindFailedStep(o);
     // A failure outside a RUN step (a parse error, COPY of a missing path) is the Containerfile's.
-    if (!infra && (!step || step->instruction.rfind("RUN", 0) != 0)) res.failure_kind = "containerfile";
+    if (!infra && (!step || !IsRunInstruction(step->instruction))) res.failure_kind = "containerfile";
     res.status = infra ? Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1))
                  : step ? Status::FailedPrecondition(DescribeFailedStep(*step))
                         : Status::FailedPrecondition("build failed (exit " +

@@ -1008,7 +1008,9 @@ std::optional<FailedStep> FindFailedStep(std::string_view build_output) {
       if (ParseInt(digits.substr(0, n), &code)) step.exit_code = code;
     }
     // buildah echoes the instruction with its arguments expanded the same way in both lines.
-    if (!last_instruction.empty() && last_instruction == step.instruction)
+    // (an instruction it cannot parse is cut in the summary: "RUNN " for "RUNN echo hello").
+    const std::string_view summary = Trim(step.instruction);
+    if (!last_instruction.empty() && !summary.empty() && StartsWith(last_instruction, summary))
       step.position = last_position;
     found = std::move(step);
   }
@@ -1018,6 +1020,14 @@ std::optional<FailedStep> FindFailedStep(std::string_view build_output) {
     found->instruction = std::move(cut);
   }
   return found;
+}
+
+bool IsRunInstruction(std::string_view instruction) {
+  instruction = TrimLeft(instruction);
+  if (instruction.size() < 3) return false;
+  for (size_t i = 0; i < 3; ++i)
+    if ((instruction[i] & ~0x20) != "RUN"[i]) return false;
+  return instruction.size() == 3 || IsSpace(instruction[3]);
 }
 
 std::string DescribeFailedStep(const FailedStep& step) {

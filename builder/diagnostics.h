@@ -104,6 +104,9 @@ struct FailedStep {
 /// (UTF-8 boundary, "..." appended), without control characters.
 std::optional<FailedStep> FindFailedStep(std::string_view build_output);
 
+/// True when `instruction` is a RUN instruction ("RUN ...", any case; not "RUNN ...").
+bool IsRunInstruction(std::string_view instruction);
+
 /// "step 3/5 (RUN go test ./...) failed with exit code 1" (parts that are unknown omitted).
 std::string DescribeFailedStep(const FailedStep& step);
 /// The module path of a go.mod ("module example.com/m" -> "example.com/m", quotes and

@@ -661,6 +661,27 @@ TEST(FailedStepTest, OlderBuildahWordingAndMultiStageBuilds) {
   EXPECT_EQ(DescribeFailedStep(*s), "step 2/3 (RUN go test ./...) failed with exit code 1");
 }
 
+TEST(FailedStepTest, AnUnknownInstructionIsNamedAsBuildahCutIt) {
+  // buildah 1.28's own output for "RUNN echo hello" (captured by failures_e2e).
+  auto s = FindFailedStep(
+      "STEP 1/5: FROM 127.0.0.1:5190/kiln/busybox:1\nSTEP 2/5: RUNN echo hello\n"
+      "Error: building at STEP \"RUNN \": Build error: Unknown instruction: \"RUNN\" "
+      "&imagebuilder.Step{}\n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->position, "2/5");
+  EXPECT_EQ(s->instruction, "RUNN ");
+  EXPECT_EQ(s->exit_code, -1);
+}
+
+TEST(FailedStepTest, RunInstructions) {
+  EXPECT_TRUE(IsRunInstruction("RUN go test ./..."));
+  EXPECT_TRUE(IsRunInstruction("run\tmake"));
+  EXPECT_TRUE(IsRunInstruction("RUN --mount=type=cache,target=/c go build"));
+  EXPECT_FALSE(IsRunInstruction("RUNN "));
+  EXPECT_FALSE(IsRunInstruction("COPY . /src"));
+  EXPECT_FALSE(IsRunInstruction(""));
+}
+
 TEST(FailedStepTest, NoSummaryNoStep) {
   EXPECT_FALSE(FindFailedStep("STEP 1/2: FROM x\nError: no such file\n").has_value());
   EXPECT_FALSE(FindFailedStep("").has_value());

@@ -250,8 +250,11 @@ test("not_pushed: building a branch nobody pushed names the exact push command",
   const r = await build("cf", "never-pushed");
   assertFailure(r, "not_pushed");
   assert.ok(r.next_step.includes(`git -c http.extraHeader="Authorization: Bearer <your token>" push ${PUBLIC_URL}/git/cf.git HEAD:refs/heads/never-pushed`), r.next_step);
-  const st = await call("cf", "candidate_status", { candidate: "never-pushed" });
+  assert.equal(r.error, "branch 'never-pushed' not found in domain repository");
+  // A candidate kiln has never heard of: isError, with the known candidates listed.
+  const st = await call("cf", "candidate_status", { candidate: "never-heard-of" });
   assertFailure(st, "not_pushed");
+  assert.match(st.error, /known candidates: .*'never-pushed'/, st.error);
 });
 
 test("invalid_argument: bad names, ids and sizes are refused with what to correct", async () => {
