@@ -32,6 +32,11 @@ struct FailureFacts {
   /// Host details that must never reach the agent (state directory, kubeconfig path, ...):
   /// every occurrence in a message is replaced.
   std::vector<std::string> hidden;
+  /// The domain's git remote as the agent reaches it (config GitRemoteUrl), for the exact
+  /// `git push` command of not_pushed; "" gives a placeholder.
+  std::string remote{};
+  /// The end of the build's output (a few KiB), read for host failures only (ENOSPC, ...).
+  std::string log_tail{};
 };
 
 struct FailureView {
@@ -43,8 +48,21 @@ struct FailureView {
 /// Decides the agent-facing wording of a failure. Never returns an empty field.
 FailureView DescribeFailure(const FailureFacts& facts);
 
-/// The next step for a kind (also used when a restored record has only its kind).
-std::string NextStepFor(const std::string& kind, const std::string& candidate);
+/// The host failure the output of a build shows ("no space left on device", "read-only file
+/// system", "input/output error", "disk quota exceeded"; not ENOMEM, which a sandbox's memory
+/// limit causes), in the
+/// agent's words ("kiln's build host ran out of disk space"); "" when none. Such a build is
+/// `infrastructure`, not the agent's compile or test failure.
+std::string HostFailureIn(const std::string& output);
+
+/// The next step for a kind (also used when a restored record has only its kind). `remote`:
+/// see FailureFacts::remote. The token is never in it: the command shows `<your token>`.
+std::string NextStepFor(const std::string& kind, const std::string& candidate,
+                        const std::string& remote = "");
+
+/// `git -c http.extraHeader="Authorization: Bearer <your token>" push <remote>
+/// HEAD:refs/heads/<candidate>` (placeholders for empty parts).
+std::string GitPushCommand(const std::string& remote, const std::string& candidate);
 
 /// `text` with each of `hidden` (non-empty strings) replaced by "<kiln>" and every
 /// http:// or https:// URL replaced by "<internal address>".

@@ -308,6 +308,7 @@ void Restore(Self* self) {
     Record& r = s.records[b.id];
     r.snap.id = b.id;
     r.snap.candidate = s.name;
+    r.snap.remote = GitRemoteUrl(s.env->config->server, s.env->domain);
     r.snap.commit = b.commit;
     r.snap.status = b.status;
     r.snap.cache_hit = b.cache_hit;
@@ -486,7 +487,7 @@ void StartPending(Self* self) {
 }
 
 // The agent-facing wording of a failed step (actors/build_failure.h); host paths hidden.
-FailureView Describe(Self* self, const std::string& stage, const WorkDone& d) {
+FailureView Describe(Self* self, const std::string& stage, const WorkDone& d, const std::string& log_tail = "") {
   const auto& env = *self->state.env;
   FailureFacts f;
   f.stage = stage;
@@ -496,6 +497,8 @@ FailureView Describe(Self* self, const std::string& stage, const WorkDone& d) {
   f.diagnostics = d.diagnostics;
   f.candidate = self->state.name;
   f.hidden = {env.config->server.state_dir, env.domain_dir, env.home_dir};
+  f.log_tail = log_tail;
+  f.remote = GitRemoteUrl(env.config->server, env.domain);
   return DescribeFailure(f);
 }
 
@@ -566,7 +569,7 @@ void OnBuilt(Self* self, Record& r, const WorkDone& d) {
     BuildStatus st = d.status.code() == Status::Code::kCancelled ? BuildStatus::kCancelled : BuildStatus::kFailed;
     auto o = MakeOutcome(r, st);
     o->diagnostics = d.diagnostics;
-    FailureView v = Describe(self, d.phase, d);
+    FailureView v = Describe(self, d.phase, d, r.log ? r.log->Tail(4096) : std::string());
     if (v.error_kind == "infrastructure") spdlog::warn("build {}: {}", r.snap.id, d.status.message());
     o->error = ToValidUtf8(v.error);
     o->error_kind = v.error_kind;
@@ -799,6 +802,7 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
         Record& r = s.records[id];
         r.snap.id = id;
         r.snap.candidate = s.name;
+        r.snap.remote = GitRemoteUrl(s.env->config->server, s.env->domain);
         r.req = req;
         r.pushes_at_request = pushes;
         r.snap.started_on_push = req.on_push;  // issue 18
@@ -927,11 +931,21 @@ caf::behavior CandidateBehavior(Self* self, std::shared_ptr<const DomainEnv> env
                  {"order", order}},
                 false};
       },
-      [=](log_atom, const BuildId& id, uint64_t offset, uint64_t limit) -> ToolResult {
+      [=](log_atom, const BuildId& id, uint64_t offset, uint64_t limit, uint64_t tail) -> ToolResult {
         auto it = self->state.records.find(id);
         if (it == self->state.records.end() || !it->second.log)
           return {ErrorJson("build '" + id + "' not found"), true};
-        auto c = it->second.log->Read(offset, limit);
+        const Record& r = it->second;
+        if (tail > 0) {  // issue 16: the last `tail` bytes
+          const size_t size = r.log->size();
+          offset = size > tail ? size - tail : 0;
+          limit = tail;
+        }
+        auto c = r.log->Read(offset, limit);
+        // Issue 16: a failed build's own message is the first line of its log.
+        const std::string why = r.snap.error.empty() && r.snap.outcome ? r.snap.outcome->error : r.snap.error;
+        if (tail == 0 && offset == 0 && IsFinal(r.snap.status) && !why.empty())
+          c.text = "kiln: " + why + "\n" + c.text;
         return {{{"build_id", id},
                  {"text", c.text},
                  {"offset", c.offset},

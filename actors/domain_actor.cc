@@ -67,7 +67,38 @@ struct DomainState {
 };
 using Self = caf::stateful_actor<DomainState>;
 
-ToolResult Error(const std::string& m) { return {ErrorJson(m), true}; }
+// A tool-level error in the failure vocabulary (actors/build_failure.h): the agent's
+// arguments by default; "internal error" replies are kiln's side.
+ToolResult Error(const std::string& m, const std::string& kind = "", const std::string& candidate = "") {
+  nlohmann::json j = ErrorJson(m);
+  const std::string k = !kind.empty() ? kind : m.rfind("internal error", 0) == 0 ? "infrastructure" : "invalid_argument";
+  j["error_kind"] = k;
+  j["next_step"] = NextStepFor(k, candidate);
+  return {j, true};
+}
+
+// Issue 16: an error whose next step may name this domain's exact git remote.
+ToolResult DomainError(Self* self, const std::string& m, const std::string& kind, const std::string& candidate) {
+  ToolResult r = Error(m, kind, candidate);
+  r.structured["next_step"] =
+      NextStepFor(kind, candidate, GitRemoteUrl(self->state.env->config->server, self->state.env->domain));
+  return r;
+}
+
+// "'a', 'b' and 2 more" of the domain's known candidates (bounded), "none yet" when empty.
+std::string KnownCandidates(Self* self) {
+  std::string out;
+  size_t n = 0;
+  for (const auto& [name, actor] : self->state.candidates) {
+    if (n == 20) {
+      out += " and " + std::to_string(self->state.candidates.size() - n) + " more";
+      break;
+    }
+    out += (n ? ", '" : "'") + name + "'";
+    ++n;
+  }
+  return out.empty() ? std::string("none yet") : out;
+}
 
 // Remembers which candidate a build belongs to, forgetting the oldest beyond what the
 // candidates keep anyway (history_per_candidate each), so memory stays flat over a long loop.
@@ -314,14 +345,32 @@ caf::result<ToolResult> Deploy(Self* self, const std::string& candidate,
   auto& s = self->state;
   if (!s.env->deployer)
     return Error("domain '" + s.env->domain + "' has no deploy target (deploy.type is \"none\")");
+  // Issue 16: another candidate's build names that candidate; unknown candidates list the known.
+  if (build_id) {
+    auto owner = s.build_candidate.find(*build_id);
+    if (owner != s.build_candidate.end() && owner->second != candidate) {
+      ToolResult r = Error("build " + *build_id + " belongs to candidate '" + owner->second +
+                           "', not '" + candidate + "'; deploy it with candidate=" + owner->second);
+      r.structured["next_step"] = "call deploy_candidate with candidate=" + owner->second + " and build_id=" + *build_id;
+      return r;
+    }
+  }
   auto cand = Candidate(self, candidate, false);
-  if (!cand) return Error("candidate '" + candidate + "' has no successful build to deploy");
+  if (!cand)
+    return DomainError(self, "candidate '" + candidate + "' has no successful build to deploy: it is not known in domain '" +
+                           s.env->domain + "' (known candidates: " + KnownCandidates(self) + "); build it first",
+                       "not_pushed", candidate);
   uint64_t arrival = s.order.Arrive();
   caf::response_promise rp = self->make_response_promise();
   self->request(cand, std::chrono::seconds(30), lookup_atom::value, build_id.value_or(""))
       .then(
           [=](ToolResult& r) mutable {
             if (r.is_error) {
+              if (!r.structured.contains("error_kind")) {
+                r.structured["error_kind"] = "invalid_argument";
+                r.structured["next_step"] =
+                    "build the candidate (build_candidate) and deploy a succeeded build; candidate_status lists its builds";
+              }
               rp.deliver(r);
               return;
             }
@@ -405,9 +454,10 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
                                {"latest_successful_build", nullptr},
                                {"deployed_build", nullptr},
                                {"queue_position", nullptr},
-                               {"error", "candidate '" + c + "' has no builds in this domain"},
+                               {"error", "candidate '" + c + "' has no builds in this domain (known candidates: " +
+                                             KnownCandidates(self) + ")"},
                                {"error_kind", "not_pushed"},
-                               {"next_step", NextStepFor("not_pushed", c)}},
+                               {"next_step", NextStepFor("not_pushed", c, GitRemoteUrl(s.env->config->server, s.env->domain))}},
                               true};
           caf::response_promise rp = self->make_response_promise();
           self->request(cand, std::chrono::seconds(30), status_atom::value)
@@ -450,12 +500,12 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
         }
         if (tool == "build_log") {
           std::string id;
-          size_t offset = 0, limit = 0;
-          Status st = ParseLogArgs(call.arguments, &id, &offset, &limit);
+          size_t offset = 0, limit = 0, tail = 0;
+          Status st = ParseLogArgs(call.arguments, &id, &offset, &limit, &tail);
           if (!st.ok()) return Error(st.message());
           return ByBuildId(self, id,
                            caf::make_message(log_atom::value, id, static_cast<uint64_t>(offset),
-                                             static_cast<uint64_t>(limit)));
+                                             static_cast<uint64_t>(limit), static_cast<uint64_t>(tail)));
         }
         if (tool == "build_result") {  // issue 17: MCP tasks/get (not an MCP tool)
           std::string id;

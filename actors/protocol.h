@@ -21,7 +21,7 @@
 //                   (or of the latest successful one); is_error when not deployable
 //   domain <- deploy worker: (deploy_prog_atom, deploy_id, line),
 //                            (deploy_done_atom, deploy_id, DeployResult)
-//               (log_atom, BuildId, offset, limit)                 -> ToolResult
+//               (log_atom, BuildId, offset, limit, tail)           -> ToolResult
 //               (cancel_atom, BuildId)                             -> ToolResult
 //   sink (the caller's bridge) <- candidate:
 //               (progress_atom, ToolProgress), (started_atom, BuildId)

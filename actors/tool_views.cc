@@ -131,9 +131,28 @@ Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id) {
 
 Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
                     size_t* limit) {
+  if (args.is_object() && args.contains("tail"))
+    return Status::InvalidArgument("unknown argument 'tail'");
+  size_t tail = 0;
+  return ParseLogArgs(args, build_id, offset, limit, &tail);
+}
+
+Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
+                    size_t* limit, size_t* tail) {
   Status s = RequireObject(args);
   if (!s.ok()) return s;
-  if (!(s = CheckKnownKeys(args, {"build_id", "offset", "limit"})).ok()) return s;
+  if (!(s = CheckKnownKeys(args, {"build_id", "offset", "limit", "tail"})).ok()) return s;
+  *tail = 0;
+  auto t = args.find("tail");
+  if (t != args.end() && !t->is_null()) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 1 || t->get<int64_t>() > (1 << 20))
+      return Status::InvalidArgument("argument 'tail' must be an integer from 1 to 1048576 (bytes from the end)");
+    for (const char* k : {"offset", "limit"})
+      if (args.contains(k) && !args[k].is_null())
+        return Status::InvalidArgument(std::string("argument 'tail' cannot be combined with '") + k +
+                                       "': read the end with tail, or a page with offset and limit");
+    *tail = static_cast<size_t>(t->get<int64_t>());
+  }
   std::optional<std::string> id;
   if (!(s = GetString(args, "build_id", true, &id)).ok()) return s;
   if (!IsValidBuildId(*id)) return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
@@ -187,7 +206,7 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
     if (error.empty()) error = b.status == BuildStatus::kCancelled ? "the build was cancelled" : "the build failed";
     j["error"] = error;
     j["error_kind"] = kind;
-    j["next_step"] = NextStepFor(kind, b.candidate);
+    j["next_step"] = NextStepFor(kind, b.candidate, b.remote);
   }
   if (b.queue_position) j["queue_position"] = *b.queue_position;
   j["timings"] = {{"queued_ms", b.timings.queued_ms},

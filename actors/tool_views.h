@@ -32,6 +32,7 @@ struct BuildSnapshot {
   bool joined = false;              // this caller joined a build already in progress/done
   std::optional<int64_t> waited_ms;  // this caller's call -> answer; null: nobody asked yet
   // --- end issue 18 ---
+  std::string remote;  // issue 16: the domain's git remote, for not_pushed's next_step
 };
 
 /// build_candidate arguments: candidate (required), ref?, commit?, wait? (bool).
@@ -52,6 +53,10 @@ Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate);
 Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id);
 Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
                     size_t* limit);
+/// Issue 16: also `tail` (1..1 MiB: the last `tail` bytes; not with offset/limit). *tail is 0
+/// when not given.
+Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
+                    size_t* limit, size_t* tail);
 /// Build ids look like "b-" + 16 lowercase hex.
 bool IsValidBuildId(const std::string& id);
 

@@ -79,6 +79,21 @@ TEST(ToolViews, LogArgs) {
   EXPECT_FALSE(IsValidBuildId("b-0123456789ABCDEF"));
 }
 
+TEST(ToolViews, LogTailArg) {  // issue 16
+  std::string id;
+  size_t off, lim, tail;
+  const std::string b = "b-0123456789abcdef";
+  ASSERT_TRUE(ParseLogArgs({{"build_id", b}}, &id, &off, &lim, &tail).ok());
+  EXPECT_EQ(tail, 0u);
+  ASSERT_TRUE(ParseLogArgs({{"build_id", b}, {"tail", 2000}}, &id, &off, &lim, &tail).ok());
+  EXPECT_EQ(tail, 2000u);
+  EXPECT_FALSE(ParseLogArgs({{"build_id", b}, {"tail", 0}}, &id, &off, &lim, &tail).ok());
+  EXPECT_FALSE(ParseLogArgs({{"build_id", b}, {"tail", (1 << 20) + 1}}, &id, &off, &lim, &tail).ok());
+  EXPECT_FALSE(ParseLogArgs({{"build_id", b}, {"tail", "10"}}, &id, &off, &lim, &tail).ok());
+  Status st = ParseLogArgs({{"build_id", b}, {"tail", 10}, {"offset", 5}}, &id, &off, &lim, &tail);
+  EXPECT_NE(st.message().find("cannot be combined with 'offset'"), std::string::npos) << st.message();
+}
+
 TEST(ToolViews, BuildJsonShapes) {
   BuildSnapshot s;
   s.id = "b-0123456789abcdef";

@@ -631,14 +631,22 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
     DiagnosticsOptions dopts;
     dopts.source_roots = workdirs;
     for (const char* root : {"/src/", "/workspace/", "/go/src/", "/app/"}) dopts.source_roots.push_back(root);
+    // Issue 16: repo-relative paths (the source's host path, go.mod's module) and the step.
+    dopts.repo_root = job.source_dir;
+    std::string go_mod;
+    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok()) dopts.go_module = GoModulePath(go_mod);
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     const std::string& o = r.output;
     bool infra = o.find("error creating build container") != std::string::npos &&
                  o.find("image not known") == std::string::npos;
     res.compile_failed = !infra;
+    const std::optional<FailedStep> step = FindFailedStep(o);
+    // A failure outside a RUN step (a parse error, COPY of a missing path) is the Containerfile's.
+    if (!infra && (!step || !IsRunInstruction(step->instruction))) res.failure_kind = "containerfile";
     res.status = infra ? Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1))
-                       : Status::FailedPrecondition("build failed (exit " +
-                                                    std::to_string(r.exit_code) + ")");
+                 : step ? Status::FailedPrecondition(DescribeFailedStep(*step))
+                        : Status::FailedPrecondition("build failed (exit " +
+                                                     std::to_string(r.exit_code) + ")");
     return res;
   }
   std::string iid;

@@ -971,6 +971,97 @@ std::vector<Diagnostic> ParseDiagnostics(std::string_view build_output,
   return ParseBuildDiagnostics(build_output, opts).diagnostics;
 }
 
+// --- Issue 16: the failing Containerfile step ---
+std::optional<FailedStep> FindFailedStep(std::string_view build_output) {
+  std::optional<FailedStep> found;
+  std::string last_position, last_instruction;  // the most recent "STEP i/n: ..." line
+  size_t start = 0;
+  while (start < build_output.size()) {
+    size_t nl = build_output.find('\n', start);
+    if (nl == std::string_view::npos) nl = build_output.size();
+    const std::string clean = CleanLine(build_output.substr(start, nl - start));
+    start = nl + 1;
+    std::string_view line = clean;
+    if (IsBuildahStep(line)) {
+      if (StartsWith(line, "[")) line.remove_prefix(line.find("] ") + 2);
+      line.remove_prefix(5);  // "STEP "
+      const size_t colon = line.find(": ");
+      if (colon == std::string_view::npos) continue;
+      last_position = std::string(line.substr(0, colon));
+      last_instruction = std::string(Trim(line.substr(colon + 2)));
+      continue;
+    }
+    const size_t at = line.find("building at STEP \"");
+    if (at == std::string_view::npos) continue;
+    std::string_view rest = line.substr(at + 18);
+    const size_t end = rest.rfind("\": ");
+    if (end == std::string_view::npos) continue;
+    FailedStep step;
+    step.instruction = std::string(rest.substr(0, end));
+    std::string_view tail = rest.substr(end + 3);
+    const size_t es = tail.rfind("exit status ");
+    if (es != std::string_view::npos) {
+      std::string_view digits = tail.substr(es + 12);
+      size_t n = 0;
+      while (n < digits.size() && IsDigit(digits[n])) ++n;
+      int code = 0;
+      if (ParseInt(digits.substr(0, n), &code)) step.exit_code = code;
+    }
+    // buildah echoes the instruction with its arguments expanded the same way in both lines.
+    // (an instruction it cannot parse is cut in the summary: "RUNN " for "RUNN echo hello").
+    const std::string_view summary = Trim(step.instruction);
+    if (!last_instruction.empty() && !summary.empty() && StartsWith(last_instruction, summary))
+      step.position = last_position;
+    found = std::move(step);
+  }
+  if (found) {
+    std::string cut = Sanitize(found->instruction, found->instruction.size());
+    if (CutUtf8(&cut, 200)) cut += "...";
+    found->instruction = std::move(cut);
+  }
+  return found;
+}
+
+bool IsRunInstruction(std::string_view instruction) {
+  instruction = TrimLeft(instruction);
+  if (instruction.size() < 3) return false;
+  for (size_t i = 0; i < 3; ++i)
+    if ((instruction[i] & ~0x20) != "RUN"[i]) return false;
+  return instruction.size() == 3 || IsSpace(instruction[3]);
+}
+
+std::string DescribeFailedStep(const FailedStep& step) {
+  std::string s = "step";
+  if (!step.position.empty()) s += " " + step.position;
+  if (!step.instruction.empty()) s += " (" + step.instruction + ")";
+  s += " failed";
+  if (step.exit_code >= 0) s += " with exit code " + std::to_string(step.exit_code);
+  return s;
+}
+std::string GoModulePath(std::string_view go_mod) {
+  size_t start = 0;
+  while (start < go_mod.size()) {
+    size_t nl = go_mod.find('\n', start);
+    if (nl == std::string_view::npos) nl = go_mod.size();
+    std::string_view line = Trim(go_mod.substr(start, nl - start));
+    start = nl + 1;
+    if (!StartsWith(line, "module") || line.size() < 7 || !(IsSpace(line[6]) || line[6] == '"'))
+      continue;
+    line = Trim(line.substr(6));
+    const size_t comment = line.find("//");
+    if (comment != std::string_view::npos) line = Trim(line.substr(0, comment));
+    if (line.size() >= 2 && (line.front() == '"' || line.front() == '`') &&
+        line.back() == line.front())
+      line = line.substr(1, line.size() - 2);
+    if (line.empty() || line.size() > 512) return "";
+    for (char c : line)
+      if (IsSpace(c) || static_cast<unsigned char>(c) < 0x20) return "";
+    return std::string(line);
+  }
+  return "";
+}
+// --- end issue 16 ---
+
 nlohmann::json ToJson(const Diagnostic& d) {
   nlohmann::json j;
   j["file"] = d.file;

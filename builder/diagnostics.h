@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +87,32 @@ DiagnosticsResult ParseBuildDiagnostics(std::string_view build_output,
 /// {"file":..,"line":..,"column":..,"severity":..,"message":..}, plus "code" when non-empty and
 /// "truncated": true when the message was cut. Never throws for parser output.
 nlohmann::json ToJson(const Diagnostic& d);
+
+// --- Issue 16: the failing Containerfile step ---
+/// The Containerfile step a buildah build stopped at: its position ("3/5", "" when buildah
+/// printed none), the instruction as buildah echoed it ("RUN go test ./..."), and the
+/// step's exit status (-1 when not printed).
+struct FailedStep {
+  std::string position;
+  std::string instruction;
+  int exit_code = -1;
+};
+
+/// Finds buildah's `building at STEP "<instruction>": exit status N` line (the last one) and
+/// the `STEP i/n: <instruction>` line that announced that step. nullopt when the output has
+/// no such summary (the build failed elsewhere). The instruction is cut to 200 bytes
+/// (UTF-8 boundary, "..." appended), without control characters.
+std::optional<FailedStep> FindFailedStep(std::string_view build_output);
+
+/// True when `instruction` is a RUN instruction ("RUN ...", any case; not "RUNN ...").
+bool IsRunInstruction(std::string_view instruction);
+
+/// "step 3/5 (RUN go test ./...) failed with exit code 1" (parts that are unknown omitted).
+std::string DescribeFailedStep(const FailedStep& step);
+/// The module path of a go.mod ("module example.com/m" -> "example.com/m", quotes and
+/// comments removed); "" when the text declares none. For DiagnosticsOptions::go_module.
+std::string GoModulePath(std::string_view go_mod);
+// --- end issue 16 ---
 
 /// Strips ANSI escape sequences (CSI, OSC, two-byte ESC sequences) from `s`.
 std::string StripAnsi(std::string_view s);

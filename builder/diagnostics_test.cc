@@ -630,3 +630,100 @@ TEST(DiagnosticsTest, RandomBytesNeverCrash) {
 
 }  // namespace
 }  // namespace kiln
+
+// --- Issue 16: the failing Containerfile step ---
+namespace kiln {
+namespace {
+
+TEST(FailedStepTest, NamesTheInstructionItsPositionAndExitCode) {
+  auto s = FindFailedStep(ReadTestdata("buildah_go.txt"));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->position, "5/5");
+  EXPECT_EQ(s->instruction, "RUN mkdir -p /tmp && go build ./...");
+  EXPECT_EQ(s->exit_code, 2);
+  EXPECT_EQ(DescribeFailedStep(*s),
+            "step 5/5 (RUN mkdir -p /tmp && go build ./...) failed with exit code 2");
+  s = FindFailedStep(ReadTestdata("buildah_pytest.txt"));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->position, "3/5");
+  EXPECT_EQ(s->exit_code, 1);
+  EXPECT_EQ(s->instruction.rfind("RUN cd /workspace && ", 0), 0u) << s->instruction;
+}
+
+TEST(FailedStepTest, OlderBuildahWordingAndMultiStageBuilds) {
+  auto s = FindFailedStep(
+      "[1/2] STEP 1/3: FROM r/kiln/go:1 AS build\n[1/2] STEP 2/3: RUN go test ./...\n--- FAIL: "
+      "TestX (0.00s)\n"
+      "error building at STEP \"RUN go test ./...\": error while running runtime: exit status 1\n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->position, "2/3");
+  EXPECT_EQ(s->exit_code, 1);
+  EXPECT_EQ(DescribeFailedStep(*s), "step 2/3 (RUN go test ./...) failed with exit code 1");
+}
+
+TEST(FailedStepTest, AnUnknownInstructionIsNamedAsBuildahCutIt) {
+  // buildah 1.28's own output for "RUNN echo hello" (captured by failures_e2e).
+  auto s = FindFailedStep(
+      "STEP 1/5: FROM 127.0.0.1:5190/kiln/busybox:1\nSTEP 2/5: RUNN echo hello\n"
+      "Error: building at STEP \"RUNN \": Build error: Unknown instruction: \"RUNN\" "
+      "&imagebuilder.Step{}\n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->position, "2/5");
+  EXPECT_EQ(s->instruction, "RUNN ");
+  EXPECT_EQ(s->exit_code, -1);
+}
+
+TEST(FailedStepTest, RunInstructions) {
+  EXPECT_TRUE(IsRunInstruction("RUN go test ./..."));
+  EXPECT_TRUE(IsRunInstruction("run\tmake"));
+  EXPECT_TRUE(IsRunInstruction("RUN --mount=type=cache,target=/c go build"));
+  EXPECT_FALSE(IsRunInstruction("RUNN "));
+  EXPECT_FALSE(IsRunInstruction("COPY . /src"));
+  EXPECT_FALSE(IsRunInstruction(""));
+}
+
+TEST(FailedStepTest, NoSummaryNoStep) {
+  EXPECT_FALSE(FindFailedStep("STEP 1/2: FROM x\nError: no such file\n").has_value());
+  EXPECT_FALSE(FindFailedStep("").has_value());
+  auto s = FindFailedStep("Error: building at STEP \"RUN x\": something\n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->position, "");
+  EXPECT_EQ(s->exit_code, -1);
+  EXPECT_EQ(DescribeFailedStep(*s), "step (RUN x) failed");
+}
+
+TEST(FailedStepTest, LongInstructionsAreBounded) {
+  std::string run = "RUN echo " + std::string(500, 'x');
+  auto s = FindFailedStep("Error: building at STEP \"" + run + "\": exit status 3\n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->instruction.size(), 203u);
+  EXPECT_EQ(s->exit_code, 3);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(GoModulePathTest, ReadsTheModuleDirective) {
+  EXPECT_EQ(GoModulePath("// c\nmodule example.com/m // trailing\n\ngo 1.19\n"), "example.com/m");
+  EXPECT_EQ(GoModulePath("module \"github.com/a/b\"\n"), "github.com/a/b");
+  EXPECT_EQ(GoModulePath("go 1.19\nrequire x v1\n"), "");
+  EXPECT_EQ(GoModulePath("modules x\n"), "");
+}
+
+TEST(GoModulePathTest, GoTestPackagePathsBecomeRepoRelative) {
+  // go test prints "FAIL example.com/m/pkg/calc" and "calc_test.go:14: ..." lines; with the
+  // module path from go.mod the file is placed in its package directory.
+  DiagnosticsOptions o;
+  o.source_roots = {"/src/"};
+  o.go_module = GoModulePath("module example.com/m\n");
+  auto d = ParseDiagnostics(ReadTestdata("go_test.txt"), o);
+  bool in_pkg = false;
+  for (const auto& x : d) in_pkg = in_pkg || x.file.rfind("pkg/calc/", 0) == 0;
+  EXPECT_TRUE(in_pkg);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 
@@ -14,6 +15,7 @@
 
 #include "builder/layer_writer.h"
 #include "builder/oci_image.h"
+#include "builder/oci_layout_pusher.h"
 #include "builder/outputs_cache.h"
 #include "builder/registry_client.h"
 #include "builder/sandbox_command.h"
@@ -236,6 +238,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     park_base();
     DiagnosticsOptions dopts;
     dopts.source_roots = {"/workspace/"};
+    dopts.repo_root = job.source_dir;  // issue 16: repo-relative paths, go test packages
+    std::string go_mod;
+    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok()) dopts.go_module = GoModulePath(go_mod);
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     res.compile_failed = true;
     res.status = Status::FailedPrecondition("build command failed (exit " + std::to_string(r.exit_code) + ")");
@@ -251,6 +256,19 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   std::vector<LayerEntry> entries;
   for (const auto& o : lb.outputs) entries.push_back({o.from, o.to});
   std::string diff_id;
+  // Issue 16: a declared output the command did not write is named (repository-relative).
+  for (const auto& o : lb.outputs) {
+    struct stat ost;
+    if (::lstat((job.source_dir + "/" + o.from).c_str(), &ost) != 0 && errno == ENOENT) {
+      park_base();
+      res.status = Status::FailedPrecondition("outputs: the build command did not write the declared output '" +
+                                              o.from + "' (build.layered.outputs)");
+      res.compile_failed = true;
+      res.failure_kind = "output_missing";
+      res.elapsed_ms = MsSince(t0);
+      return res;
+    }
+  }
   st = StreamLayerTar(job.source_dir, entries, nullptr, &diff_id);
   if (!st.ok()) {
     park_base();

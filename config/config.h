@@ -33,7 +33,19 @@ struct ServerConfig {
   /// the operator token reads it, on the main port).
   std::string metrics_listen = "127.0.0.1:8701";
   // --- end HTTP transport caps ---
+  // --- Issue 16: the URL agents reach kiln at (git remote, MCP) ---
+  /// "http(s)://host[:port][/prefix]" without a trailing '/'; default "http://" + listen.
+  /// Tool messages and the server instructions give `<public_url>/git/<domain>.git`.
+  std::string public_url;
+  // --- end issue 16 ---
 };
+
+// --- Issue 16 ---
+/// The git remote of a domain as the agent pushes to it: "<public_url>/git/<domain>.git".
+inline std::string GitRemoteUrl(const ServerConfig& s, const std::string& domain) {
+  return (s.public_url.empty() ? "http://" + s.listen : s.public_url) + "/git/" + domain + ".git";
+}
+// --- end issue 16 ---
 
 struct SchedulerConfig {
   int max_parallel_builds = 2;            // 1..64
@@ -145,6 +157,9 @@ struct DeployConfig {
   std::string type = "none";  // "kubernetes" | "local" | "none"
   std::optional<KubernetesDeploy> kubernetes;
   std::optional<LocalDeploy> local;
+  /// Issue 16: sections present for another deploy type ("kubernetes", "local"): not
+  /// validated, not used; check-config warns.
+  std::vector<std::string> ignored_sections{};
 };
 
 // --- Issue 15: bounded pushes and checkouts (git bomb) -------------------------------------

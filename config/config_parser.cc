@@ -168,6 +168,30 @@ std::string ParseBaseUrl(const std::string& url, std::string* authority) {
   return "";
 }
 
+// --- Issue 16 ---
+// "http(s)://host[:port][/path]": "" or the reason it is not one (no credentials, query,
+// fragment or control characters; a path prefix is allowed for a reverse proxy).
+std::string CheckPublicUrl(const std::string& url) {
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    rest = url.substr(8);
+  } else {
+    return "must start with http:// or https://";
+  }
+  for (char c : url)
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '"' || c == '\\' || c == '\'')
+      return "must not contain spaces, quotes or control characters";
+  if (url.size() > 512) return "must be at most 512 characters";
+  const size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  if (authority.find('@') != std::string::npos) return "must not contain credentials";
+  if (rest.find_first_of("?#") != std::string::npos) return "must have no query or fragment";
+  return CheckHostPort(authority, false);
+}
+// --- end issue 16 ---
+
 // Returns "" when `file` can be opened for reading and is a regular file, else the reason.
 std::string CheckReadableFile(const std::string& file) {
   // O_NONBLOCK: opening a FIFO must not hang check-config.
@@ -446,7 +470,8 @@ std::string ConfigReader::Resolve(const std::string& p) const {
 
 void ConfigReader::CheckFile(const std::string& file, const std::string& path) {
   std::string why = CheckReadableFile(file);
-  if (!why.empty()) Problem(path, why);
+  // Issue 16: every config error says what to change.
+  if (!why.empty()) Problem(path, why + "; fix the path or create the file (readable by kiln)");
 }
 
 void ConfigReader::CheckRelativePath(const std::string& p, const std::string& path) {
@@ -566,7 +591,9 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
              "max_inflight_per_session",
              // HTTP transport caps (issue 15)
              "max_connections", "idle_timeout_s", "header_timeout_s", "write_timeout_s",
-             "max_sessions_per_domain", "git_slots", "git_slots_per_domain", "metrics_listen"});
+             "max_sessions_per_domain", "git_slots", "git_slots_per_domain", "metrics_listen",
+             // issue 16
+             "public_url"});
   std::string listen;
   if (ReadString(obj, "listen", path, false, &listen)) {
     std::string why = CheckHostPort(listen, true);
@@ -614,6 +641,19 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
     }
   }
   // --- end HTTP transport caps ---
+  // --- Issue 16: server.public_url ---
+  std::string public_url;
+  if (ReadString(obj, "public_url", path, false, &public_url)) {
+    std::string why = CheckPublicUrl(public_url);
+    if (why.empty()) {
+      while (!public_url.empty() && public_url.back() == '/') public_url.pop_back();
+      out->public_url = public_url;
+    } else {
+      Problem("server.public_url", why + ", e.g. \"https://kiln.example.com\" (the address agents push to)");
+    }
+  }
+  if (out->public_url.empty()) out->public_url = "http://" + out->listen;
+  // --- end issue 16 ---
 }
 
 void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
@@ -941,7 +981,14 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
       Problem(Join(path, "type"), "must be one of kubernetes, local, none");
     }
   }
-  if (const json* k = Section(obj, "kubernetes", path, type == "kubernetes")) {
+  // Issue 16: only what the chosen type uses is validated (a leftover "kubernetes" block of a
+  // domain whose deploy.type is "none" must not stop kiln because its kubeconfig is gone).
+  const bool known_type = out->type == type;
+  for (const char* section : {"kubernetes", "local"})
+    if (known_type && type != section && obj.is_object() && obj.contains(section))
+      out->ignored_sections.push_back(section);
+  auto used = [&](const char* section) { return !known_type || type == section; };
+  if (const json* k = used("kubernetes") ? Section(obj, "kubernetes", path, type == "kubernetes") : nullptr) {
     const std::string p = Join(path, "kubernetes");
     CheckKeys(*k, p,
               {"namespace", "deployment", "container", "kubeconfig", "rollout_timeout_s",
@@ -966,7 +1013,7 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
     // --- end Issue 16 ---
     out->kubernetes = kd;
   }
-  if (const json* l = Section(obj, "local", path, false)) {
+  if (const json* l = used("local") ? Section(obj, "local", path, false) : nullptr) {
     const std::string p = Join(path, "local");
     CheckKeys(*l, p,
               {"port", "health_path", "user", "max_rootfs_mb", "max_file_mb", "limits"});
@@ -1093,6 +1140,11 @@ std::vector<ConfigProblem> CollectConfigWarnings(const Config& config) {
            "and anything else listening on 127.0.0.1 or the network !!!"});
     if (d.build.mode == "containerfile" && d.build.layered)
       warnings.push_back({Join(build, "layered"), "ignored because build.mode is containerfile"});
+    // Issue 16
+    for (const std::string& section : d.deploy.ignored_sections)
+      warnings.push_back({Join(Join(Join("domains", name), "deploy"), section),
+                          "ignored (not validated) because deploy.type is \"" + d.deploy.type +
+                              "\"; remove it, or set deploy.type to \"" + section + "\" to use it"});
   }
   // Sessions: when every domain may hold its full share, the global pool must fit them all, or
   // busy domains fill it and a quiet one is refused with 503 before reaching its own cap.

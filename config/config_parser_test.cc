@@ -291,6 +291,63 @@ TEST_F(ConfigParserTest, WarnsWhenTheSessionPoolCannotHoldEveryDomainsShare) {
   EXPECT_FALSE(HasPath(CollectConfigWarnings(uncapped), "server.max_sessions"));
 }
 
+// --- Issue 16: server.public_url ---
+TEST_F(ConfigParserTest, PublicUrlDefaultsToTheListenAddressAndIsValidated) {
+  json j = Valid();
+  j["server"]["listen"] = "127.0.0.1:8700";
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  EXPECT_EQ(c.server.public_url, "http://127.0.0.1:8700");
+  EXPECT_EQ(GitRemoteUrl(c.server, "epp"), "http://127.0.0.1:8700/git/epp.git");
+
+  for (const char* ok : {"https://kiln.example.com/", "https://kiln.example.com:8443/loops"}) {
+    j["server"]["public_url"] = ok;
+    Config d;
+    problems = Parse(j, &d);
+    ASSERT_TRUE(problems.empty()) << ok << Describe(problems);
+    EXPECT_EQ(d.server.public_url.back() == '/', false) << d.server.public_url;
+  }
+  EXPECT_EQ(GitRemoteUrl(Config{}.server, "x"), "http://127.0.0.1:8700/git/x.git");
+
+  for (const char* bad : {"kiln.example.com", "ftp://x", "https://user:pw@kiln.example.com",
+                          "https://kiln.example.com/?a=b", "https://kiln example.com", "https://"}) {
+    j["server"]["public_url"] = bad;
+    Config e;
+    problems = Parse(j, &e);
+    EXPECT_TRUE(HasPath(problems, "server.public_url")) << bad << Describe(problems);
+  }
+}
+// --- end issue 16 ---
+
+TEST_F(ConfigParserTest, OnlyTheChosenDeployTypeIsValidated) {  // issue 16
+  json j = Valid();
+  j["domains"]["epp"]["deploy"]["type"] = "none";
+  j["domains"]["epp"]["deploy"]["kubernetes"]["kubeconfig"] = dir_ + "/no-such-kubeconfig";
+  j["domains"]["epp"]["deploy"]["kubernetes"]["rollout_timeout_s"] = "bad";
+  j["domains"]["epp"]["deploy"]["local"] = {{"port", 0}};
+  Config c;
+  auto problems = Parse(j, &c);
+  ASSERT_TRUE(problems.empty()) << Describe(problems);
+  const DeployConfig& d = c.domains.at("epp").deploy;
+  EXPECT_EQ(d.type, "none");
+  EXPECT_FALSE(d.kubernetes.has_value());
+  EXPECT_FALSE(d.local.has_value());
+  EXPECT_EQ(d.ignored_sections, (std::vector<std::string>{"kubernetes", "local"}));
+  auto warnings = CollectConfigWarnings(c);
+  bool warned = false;
+  for (const auto& w : warnings)
+    warned = warned || (w.path == "domains.epp.deploy.kubernetes" && w.reason.find("remove it") != std::string::npos);
+  EXPECT_TRUE(warned);
+
+  // The chosen type's section is still checked, and says what to change.
+  j["domains"]["epp"]["deploy"]["type"] = "kubernetes";
+  j["domains"]["epp"]["deploy"].erase("local");
+  j["domains"]["epp"]["deploy"]["kubernetes"]["rollout_timeout_s"] = 45;
+  problems = Parse(j);
+  EXPECT_TRUE(HasPath(problems, "domains.epp.deploy.kubernetes.kubeconfig")) << Describe(problems);
+}
+
 TEST_F(ConfigParserTest, OmittedOptionalSectionsGetDefaults) {
   json j = Valid();
   j["server"].erase("listen");

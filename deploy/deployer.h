@@ -48,7 +48,7 @@ struct DeployFailureDetails {
   std::optional<int> restarts;  // restartCount
   std::string memory_limit;     // the container's resources.limits.memory ("256Mi"), if any
   /// The last lines of the crashed container's (previous) log: valid UTF-8, bounded (at most
-  /// 20 lines of at most 512 bytes each).
+  /// 40 lines of at most 512 bytes each).
   std::vector<std::string> log_tail;
   std::string probe_message;          // "Readiness probe failed: ..." from the pod's Events
   std::optional<int64_t> unready_ms;  // how long the pod has been running but not ready

@@ -55,8 +55,8 @@ struct KubernetesDeployerOptions {
   std::chrono::milliseconds failing_poll_interval{250};
   /// Overrides KubernetesDeploy::unready_timeout_s when set (tests).
   std::optional<std::chrono::milliseconds> unready_timeout;
-  int log_tail_lines = 20;          // lines of the crashed container's log
-  int64_t log_limit_bytes = 16384;  // bytes of log asked for (limitBytes)
+  int log_tail_lines = 40;          // lines of the crashed container's log (issue 16: ~40)
+  int64_t log_limit_bytes = 32768;  // bytes of log asked for (limitBytes)
   // --- end Issue 16 ---
   int conflict_attempts = 4;  // PATCH tries on 409 Conflict
   std::chrono::milliseconds conflict_backoff{100};

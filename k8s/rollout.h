@@ -143,7 +143,7 @@ class RolloutEvaluator {
   /// The last `max_lines` lines of a container log: valid UTF-8 (invalid bytes become U+FFFD),
   /// control characters other than tab removed (ANSI colour sequences dropped), each line at
   /// most `max_line_bytes` (cut at a character boundary, "..." appended).
-  static std::vector<std::string> LogTail(const std::string& text, size_t max_lines = 20,
+  static std::vector<std::string> LogTail(const std::string& text, size_t max_lines = 40,
                                           size_t max_line_bytes = 512);
   /// Removes credentials from a message that came from the cluster: URL user-info and query
   /// strings, "Bearer"/"Basic" values, token=/password=/secret=/signature= values; replaces

@@ -341,7 +341,7 @@ TEST(RolloutFailures, CrashLoopWithExitCodeOne) {
   EXPECT_EQ(d.signs.pod, "web-new-7d9c");
 
   std::string log;
-  for (int i = 1; i <= 25; ++i) log += "line " + std::to_string(i) + "\n";
+  for (int i = 1; i <= 45; ++i) log += "line " + std::to_string(i) + "\n";
   log += "panic: open /config.yaml: no such file or directory\n";
   RolloutFailure f = RolloutEvaluator::DescribeCrash(d.signs, "deployment \"web\"", log);
   EXPECT_EQ(f.error_kind, "deploy_crash");
@@ -349,7 +349,7 @@ TEST(RolloutFailures, CrashLoopWithExitCodeOne) {
   EXPECT_EQ(f.details.exit_code, 1);
   EXPECT_EQ(f.details.reason, "Error");
   EXPECT_EQ(f.details.restarts, 3);
-  ASSERT_EQ(f.details.log_tail.size(), 20u);
+  ASSERT_EQ(f.details.log_tail.size(), 40u);  // the last ~40 lines (issue 16)
   EXPECT_EQ(f.details.log_tail.front(), "line 7");
   EXPECT_EQ(f.details.log_tail.back(), "panic: open /config.yaml: no such file or directory");
   EXPECT_NE(f.message.find("container \"app\" of deployment \"web\""), std::string::npos);

@@ -651,6 +651,12 @@ McpHandler::Options HandlerOptions(const Config& config, const HttpServerOptions
   McpHandler::Options h;
   h.server_version = o.version;
   h.instructions = o.instructions;
+  // Issue 16: the exact remote ("<domain>" is filled in per session by McpHandler).
+  const std::string public_url =
+      config.server.public_url.empty() ? "http://" + config.server.listen : config.server.public_url;
+  for (size_t at = h.instructions.find("<kiln>"); at != std::string::npos;
+       at = h.instructions.find("<kiln>", at + public_url.size()))
+    h.instructions.replace(at, 6, public_url);
   h.max_sessions = o.max_sessions;
   h.max_sessions_per_domain = o.max_sessions_per_domain;
   h.max_calls_per_session = o.max_calls_per_session;

@@ -73,14 +73,23 @@ struct HttpServerOptions {
   std::function<int()> accept_fault;
   // --- end HTTP transport caps ---
   std::string version = "0.1.0";
+  /// The MCP `instructions`. Issue 16: "<kiln>" is replaced by server.public_url and
+  /// "<domain>" by the session's domain, so the push command is exact for the agent.
   std::string instructions =
-      "kiln builds and deploys container images of your code. 1. Commit and push your work "
-      "with git to kiln, your git remote: git push <kiln>/git/<domain>.git "
-      "HEAD:refs/heads/<candidate> (Authorization: Bearer <your token> as an http.extraHeader). "
+      "kiln builds and deploys container images of your code. 1. Commit your work and push it "
+      "with git to kiln, your git remote, one branch per candidate: git -c "
+      "http.extraHeader=\"Authorization: Bearer <your token>\" push <kiln>/git/<domain>.git "
+      "HEAD:refs/heads/<candidate> (your token is the one you call kiln's tools with). "
       "2. Call build_candidate with that candidate (long builds: wait=false, then poll "
-      "candidate_status). A failed build returns isError=true with error, error_kind, "
-      "next_step and compiler diagnostics; read more with build_log. 3. Call deploy_candidate "
-      "to roll the built image out; a failed deploy says why (error_kind, reason, message).";
+      "candidate_status). A failed build returns isError=true with error (what happened), "
+      "error_kind (compile, test, containerfile, base_image, output_missing, timeout, "
+      "cancelled, superseded, not_pushed, invalid_argument, infrastructure, ...), next_step "
+      "(what to do) and compiler diagnostics with repository-relative file:line:column; read "
+      "more with build_log (tail=N for the last N bytes). infrastructure means not your code: "
+      "retry later. 3. Call deploy_candidate to roll the built image out; a failed deploy says "
+      "why (error_kind deploy_crash, deploy_unready, deploy_image, ...; reason, message, the "
+      "container's exit code and last log lines). 4. candidate_status and list_candidates show "
+      "where each candidate is.";
   ToolCatalog::Options catalog;
 };
 

@@ -441,7 +441,13 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
       {"serverInfo",
        {{"name", "kiln"}, {"title", "kiln image builder"}, {"version", options_.server_version}}},
   };
-  if (!options_.instructions.empty()) result["instructions"] = options_.instructions;
+  if (!options_.instructions.empty()) {
+    // Issue 16: the session's own domain in the push command.
+    std::string text = options_.instructions;
+    for (size_t at = text.find("<domain>"); at != std::string::npos; at = text.find("<domain>", at + request.domain.size()))
+      text.replace(at, 8, request.domain);
+    result["instructions"] = text;
+  }
   d.session_id = session_id;
   d.reply = JsonReply(200, JsonRpcResult(id, std::move(result)));
   d.reply.headers.push_back({"MCP-Session-Id", session_id});

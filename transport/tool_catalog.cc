@@ -82,6 +82,11 @@ json BuildResultSchema() {
   });
 }
 
+// Issue 16: build ids as tool_views.h IsValidBuildId accepts them.
+json BuildIdProp(const std::string& description) {
+  return {{"type", "string"}, {"pattern", "^b-[0-9a-f]{16}$"}, {"description", description}};
+}
+
 json Annotations(bool read_only, bool destructive, bool idempotent) {
   return {{"readOnlyHint", read_only},
           {"destructiveHint", destructive},
@@ -157,15 +162,24 @@ json BuildLog() {
   return Tool(
       "build_log", "Build log",
       "A page of a build's log. Start at offset 0 and pass next_offset to read on; complete is "
-      "true when the build finished and the whole log was read.",
+      "true when the build finished and the whole log was read. A failed build's log starts "
+      "with kiln's one-line reason (`kiln: ...`). tail=N returns the last N bytes instead (where "
+      "compilers and failing tests print last); not with offset or limit.",
       InputObject(
-          {{"build_id", StringProp("Build identifier.")},
-           {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset."}}},
+          {{"build_id", {{"type", "string"},
+                         {"pattern", "^b-[0-9a-f]{16}$"},
+                         {"description", "Build identifier (b- and 16 lowercase hex), as build_candidate returned it."}}},
+           {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset (default 0)."}}},
            {"limit",
             {{"type", "integer"},
              {"minimum", 1},
              {"maximum", 1048576},
-             {"description", "Maximum bytes to return."}}}},
+             {"description", "Maximum bytes to return (default 65536)."}}},
+           {"tail",
+            {{"type", "integer"},
+             {"minimum", 1},
+             {"maximum", 1048576},
+             {"description", "Return the last `tail` bytes of the log (not with offset/limit)."}}}},
           {"build_id"}),
       OpenObject({{"build_id", Nullable({{"type", "string"}})},
                   {"text", Nullable({{"type", "string"}})},
@@ -178,7 +192,7 @@ json BuildLog() {
 json CancelBuild() {
   return Tool("cancel_build", "Cancel build",
               "Cancel a queued or running build. Cancelling a finished build changes nothing.",
-              InputObject({{"build_id", StringProp("Build identifier.")}}, {"build_id"}),
+              InputObject({{"build_id", BuildIdProp("Build identifier (b- and 16 lowercase hex).")}}, {"build_id"}),
               OpenObject({{"build_id", Nullable({{"type", "string"}})},
                           {"status", Nullable({{"type", "string"}})},
                           {"error", Nullable({{"type", "string"}})}}),
@@ -208,7 +222,8 @@ json DeployCandidate() {
       "ErrImagePull, CrashLoopBackOff, Unauthorized, Forbidden, NotFound, Unavailable, Timeout, "
       "StartFailed, HealthCheckFailed, Superseded) and `message`.",
       InputObject({{"candidate", NameProp("Candidate name.")},
-                   {"build_id", StringProp("Build to deploy (default: latest successful).")},
+                   {"build_id", BuildIdProp("Build to deploy (default: the candidate's latest successful "
+                                            "build); it must be a build of this candidate.")},
                    {"wait", {{"type", "boolean"}, {"default", true}}}},
                   {"candidate"}),
       OpenObject({{"deploy_id", Nullable({{"type", "string"}})},

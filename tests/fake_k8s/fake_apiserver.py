@@ -884,7 +884,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_status(400, "BadRequest", "invalid tailLines or limitBytes")
         if tail >= 0:
             lines = text.splitlines(keepends=True)
-            text = "".join(lines[len(lines) - tail:]) if tail else ""
+            text = "".join(lines[max(0, len(lines) - tail):]) if tail else ""
         data = text.encode("utf-8", "surrogateescape")
         if limit > 0:
             data = data[:limit]
