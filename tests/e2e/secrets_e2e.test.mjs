@@ -275,7 +275,7 @@ before(async () => {
   fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(dir, K8S_PORT, k8sToken), { mode: 0o600 });
   fs.writeFileSync(path.join(dir, "kubeconfig-wrong"), kubeconfig(dir, K8S_PORT, k8sWrongToken), { mode: 0o600 });
 
-  const layered = { mode: "layered", timeout_s: 600, layered: {
+  const layered = { mode: "layered", timeout_s: 600, on_push: false, layered: {  // issue 18: cancel and error paths are timed against build calls
     base_image: `127.0.0.1:${REG_PORT}/kiln/busybox@${busybox}`,
     command: ["go", "build", "-o", "out/app", "./cmd/epp"],
     env: { CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" },
@@ -301,7 +301,7 @@ before(async () => {
         { tool_aliases: { build_loc: "build_candidate" } }),
       breg: dom("breg", { ...layered, layered: { ...layered.layered, base_image: `127.0.0.1:${REG2_PORT}/kiln/busybox@${busybox}` } },
         "wrongpw", { type: "none" }),
-      bcf: dom("bcf", { mode: "containerfile", timeout_s: 600 }, "wrongpw", { type: "none" }),
+      bcf: dom("bcf", { mode: "containerfile", timeout_s: 600, on_push: false }, "wrongpw", { type: "none" }),
     },
   };
   fs.writeFileSync(path.join(dir, "kiln.json"), JSON.stringify(config, null, 2));
