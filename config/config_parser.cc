@@ -148,16 +148,22 @@ std::string CheckHostPort(const std::string& s, bool port_required) {
   return "";
 }
 
+// The part of an http(s) URL after its scheme; false when the scheme is neither.
+bool StripHttpScheme(const std::string& url, std::string* rest) {
+  for (const char* scheme : {"http://", "https://"}) {
+    const size_t n = std::char_traits<char>::length(scheme);
+    if (url.compare(0, n, scheme) == 0) {
+      *rest = url.substr(n);
+      return true;
+    }
+  }
+  return false;
+}
+
 // Parses "http(s)://host[:port][/]" into its authority. Returns "" or the reason it is not one.
 std::string ParseBaseUrl(const std::string& url, std::string* authority) {
   std::string rest;
-  if (url.rfind("http://", 0) == 0) {
-    rest = url.substr(7);
-  } else if (url.rfind("https://", 0) == 0) {
-    rest = url.substr(8);
-  } else {
-    return "must start with http:// or https://";
-  }
+  if (!StripHttpScheme(url, &rest)) return "must start with http:// or https://";
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('@') != std::string::npos) return "must not contain credentials (use auth_file)";
   if (rest.find_first_of("/?#") != std::string::npos)
@@ -173,13 +179,7 @@ std::string ParseBaseUrl(const std::string& url, std::string* authority) {
 // fragment or control characters; a path prefix is allowed for a reverse proxy).
 std::string CheckPublicUrl(const std::string& url) {
   std::string rest;
-  if (url.rfind("http://", 0) == 0) {
-    rest = url.substr(7);
-  } else if (url.rfind("https://", 0) == 0) {
-    rest = url.substr(8);
-  } else {
-    return "must start with http:// or https://";
-  }
+  if (!StripHttpScheme(url, &rest)) return "must start with http:// or https://";
   for (char c : url)
     if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '"' || c == '\\' || c == '\'')
       return "must not contain spaces, quotes or control characters";
