@@ -29,6 +29,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Processes of the build user that exist before this test (another test's deployed candidate,
+# say) are not this test's to judge; every other one must be gone at the end.
+BEFORE=" $(pgrep -u kiln-build | tr '\n' ' ') "
 SECRET="kiln-hostile-secret-$RANDOM$RANDOM$RANDOM"
 export KILN_HOSTILE_SECRET="$SECRET"  # in kiln's environment: must never reach a build step
 "$ROOT/scripts/registry.sh" start --dir "$T/registry" --port "$PORT" >/dev/null
@@ -176,7 +179,11 @@ kill -0 "$OTHER_SLEEP" 2>/dev/null && ok "the other build survived the hostile b
 kill -TERM "$OTHER_KILN"; wait "$OTHER_KILN" 2>/dev/null || true
 sleep 1
 [ -z "$(pgrep -f '^sleep 4301' || true)" ] && ok "cancel killed the other build's step" || bad "the other build's step survives its cancel"
-[ -z "$(pgrep -u kiln-build || true)" ] && ok "no process of the build user is left" || bad "build-user processes left: $(pgrep -a -u kiln-build)"
+left=""
+for p in $(pgrep -u kiln-build || true); do case "$BEFORE" in *" $p "*) ;; *) left="$left $p";; esac; done
+if [ -z "$left" ]; then ok "no process of the build user is left"
+else bad "build-user processes left:$(for p in $left; do echo; ps -o pid=,ppid=,args= -p "$p"; done)
+$(ps -eo pid,ppid,user,args | head -60)"; fi
 stat -c %a "$STATE" | grep -q '^700$' && ok "state dir is 0700" || bad "state dir mode $(stat -c %a "$STATE")"
 
 echo "$pass passed, $fail failed"
