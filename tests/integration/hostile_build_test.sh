@@ -31,7 +31,7 @@ trap cleanup EXIT
 
 # Processes of the build user that exist before this test (another test's deployed candidate,
 # say) are not this test's to judge; every other one must be gone at the end.
-BEFORE=" $(pgrep -u kiln-build | tr '\n' ' ') "
+BEFORE=" $( (pgrep -u kiln-build || true) | tr '\n' ' ') "
 SECRET="kiln-hostile-secret-$RANDOM$RANDOM$RANDOM"
 export KILN_HOSTILE_SECRET="$SECRET"  # in kiln's environment: must never reach a build step
 "$ROOT/scripts/registry.sh" start --dir "$T/registry" --port "$PORT" >/dev/null
