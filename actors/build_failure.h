@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "builder/diagnostics.h"
+#include "core/diagnostic.h"
 #include "common/status.h"
 
 namespace kiln {

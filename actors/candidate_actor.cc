@@ -23,7 +23,7 @@
 #include "actors/build_metrics.h"
 #include "actors/domain_env.h"
 #include "actors/journaled_answers.h"
-#include "actors/key_store.h"
+#include "state/key_store.h"
 #include "actors/on_push_policy.h"
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
@@ -33,7 +33,7 @@
 #include "builder/build_key.h"
 #include "builder/log_buffer.h"
 #include "common/json_text.h"
-#include "builder/registry_client.h"  // issue 19: RegistryDeadlineScope
+#include "registry/registry_client.h"  // issue 19: RegistryDeadlineScope
 #include "storage/collector.h"    // issue 19: StorageGate
 #include "storage/lease_table.h"  // issue 19
 #include "workspace/checkout.h"

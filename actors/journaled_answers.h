@@ -24,7 +24,7 @@
 
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 
 namespace kiln {
 

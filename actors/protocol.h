@@ -35,12 +35,12 @@
 #include <optional>
 #include <string>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 #include "actors/on_push_policy.h"
 #include "actors/scheduler_core.h"
 #include "common/status.h"
 #include "deploy/deployer.h"
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 

@@ -12,13 +12,13 @@
 #include <set>
 #include <string>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 #include "actors/on_push_policy.h"
 #include "builder/builder.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "deploy/deployer.h"
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 
 namespace kiln {
 

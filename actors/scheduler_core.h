@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 #include "actors/fair_queue.h"
 
 namespace kiln {

@@ -15,7 +15,7 @@
 
 #include "actors/runtime.h"
 #include "builder/fake_builder.h"
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 #include "common/status.h"
 
 namespace kiln {

@@ -24,7 +24,7 @@
 #include "app/serve_command.h"
 #include "app/state_check_command.h"
 #include "builder/layered_builder.h"
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 
 namespace {
 

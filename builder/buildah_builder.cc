@@ -18,7 +18,8 @@
 #include "builder/base_store.h"
 #include "builder/containerfile_images.h"
 #include "builder/oci_layout_pusher.h"
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
+#include "common/file_util.h"
 #include "common/safe_remove.h"
 #include "config/base_image_policy.h"
 #include "config/host_checks.h"
@@ -135,25 +136,6 @@ int64_t MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
       .count();
 }
-
-// An exclusive flock on `path` for the object's lifetime (blocks: worker threads only).
-class FileLock {
- public:
-  explicit FileLock(const std::string& path)
-      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
-    if (fd_ >= 0) {
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-      }
-    }
-  }
-  ~FileLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 
 // The state directory when `storage` is <state>/domains/<d>/candidates/<c>/storage, else the
 // candidate directory (storage's parent).
@@ -364,8 +346,8 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
   // 3. Fill it, once per domain: under the store's lock, look again (another candidate of the
   // domain may just have loaded them), fetch with kiln's credential into OCI layouts, load them
   // into the store as the build user (the only time it is writable), then record the digests.
-  FileLock lock(bs.lock);
-  if (!lock.ok()) return Status::Internal("cannot lock the domain's base image store");
+  FileLock lock(bs.lock, LOCK_EX);  // blocks: worker threads only
+  if (!lock.held()) return Status::Internal("cannot lock the domain's base image store");
   std::map<std::string, std::string> marker = ParseBaseMarker(ReadSmallFile(bs.marker));
   missing = MissingBases(wanted, marker, StoredImageNames(bs.store));
   const std::string b = job.storage_dir + "/rootless";
@@ -440,10 +422,8 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
     if (r.exit_code != 0)
       return Status::Unavailable("builder could not load a base image: " + LastLines(r.output, 1));
     for (const BaseWant& w : missing) marker[w.image] = w.digest;
-    const std::string tmp = bs.marker + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << BaseMarkerText(marker);
-    std::error_code ec;
-    fs::rename(tmp, bs.marker, ec);
+    // A hint (a lost marker only means loading again): atomic, not fsynced.
+    WriteFileAtomic(bs.marker, BaseMarkerText(marker), 0644, Durability::kAtomicOnly);
   }
   (*timings)["base_prep_ms"] = MsSince(t_bases);
   return Status::Ok();

@@ -1062,16 +1062,5 @@ std::string GoModulePath(std::string_view go_mod) {
 }
 // --- end issue 16 ---
 
-nlohmann::json ToJson(const Diagnostic& d) {
-  nlohmann::json j;
-  j["file"] = d.file;
-  j["line"] = d.line;
-  j["column"] = d.column;
-  j["severity"] = d.severity;
-  j["message"] = d.message;
-  if (!d.code.empty()) j["code"] = d.code;
-  if (d.truncated) j["truncated"] = true;
-  return j;
-}
 
 }  // namespace kiln

@@ -8,35 +8,14 @@
 #pragma once
 
 #include <cstddef>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/diagnostic.h"
+
 namespace kiln {
-
-/// One compiler/linker/builder message. `file` is "" for messages without a source location
-/// (linker errors, the builder's "building at STEP ... exit status N" summary). `line` and
-/// `column` are 0 when unknown. `severity` is "error", "warning" or "note".
-/// `file` and `message` are always valid UTF-8 without control characters.
-struct Diagnostic {
-  std::string file;
-  int line = 0;
-  int column = 0;
-  std::string severity;
-  std::string message;
-  /// The tool's own code when it prints one: "E0308" (rustc), "TS2322" (tsc), "E302" (flake8),
-  /// "assignment" (mypy). The message keeps the code as the tool shows it.
-  std::string code{};
-  /// True when `message` was cut to DiagnosticsOptions::max_message_bytes.
-  bool truncated = false;
-
-  bool operator==(const Diagnostic& o) const {
-    return file == o.file && line == o.line && column == o.column && severity == o.severity &&
-           message == o.message && code == o.code && truncated == o.truncated;
-  }
-};
 
 struct DiagnosticsOptions {
   /// In-container/in-sandbox source roots stripped from paths, e.g. "/src/", "/workspace/".
@@ -83,10 +62,6 @@ std::vector<Diagnostic> ParseDiagnostics(std::string_view build_output,
 /// Same as ParseDiagnostics, with the overall truncation flag.
 DiagnosticsResult ParseBuildDiagnostics(std::string_view build_output,
                                         const DiagnosticsOptions& opts);
-
-/// {"file":..,"line":..,"column":..,"severity":..,"message":..}, plus "code" when non-empty and
-/// "truncated": true when the message was cut. Never throws for parser output.
-nlohmann::json ToJson(const Diagnostic& d);
 
 // --- Issue 16: the failing Containerfile step ---
 /// The Containerfile step a buildah build stopped at: its position ("3/5", "" when buildah

@@ -17,7 +17,7 @@
 #include "builder/oci_image.h"
 #include "builder/oci_layout_pusher.h"
 #include "builder/outputs_cache.h"
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 #include "builder/sandbox_command.h"
 #include "common/sha256.h"
 

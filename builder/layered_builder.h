@@ -33,7 +33,7 @@
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <string_view>
 
-#include "builder/cancel_token.h"
-#include "builder/registry_client.h"
+#include "core/cancel_token.h"
+#include "registry/registry_client.h"
 #include "common/status.h"
 
 namespace kiln {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "builder/cancel_token.h"
+#include "core/cancel_token.h"
 #include "common/status.h"
 
 namespace kiln {

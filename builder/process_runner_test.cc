@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "builder/cancel_token.h"
+#include "core/cancel_token.h"
 
 namespace kiln {
 namespace {

@@ -16,13 +16,13 @@
 #include <utility>
 #include <vector>
 
-#include "builder/cancel_token.h"
+#include "core/cancel_token.h"
 #include "common/status.h"
 
 namespace kiln {
 
 struct DeployRequest {
-  std::string deploy_id;  // kiln's id for this deploy, e.g. "d-<domain>-<n>"
+  std::string deploy_id;  // kiln's id for this deploy: "d-<16 hex>" (random 64 bits)
   std::string domain;
   std::string candidate;
   std::string build_id;

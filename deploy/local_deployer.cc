@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/sha256.h"
 #include "deploy/launch_spec.h"
 #include "deploy/netns_dialer.h"
@@ -420,14 +421,8 @@ Status LocalDeployer::FetchBlob(const std::string& repo, const std::string& dige
   if (Status st = registry_->GetBlob(repo, digest, data); !st.ok()) return st;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  fs::path tmp = dir / (digest.substr(7) + ".tmp" + std::to_string(getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data->data(), static_cast<std::streamsize>(data->size()));
-    if (!out) return Status::Ok();  // the cache is best effort
-  }
-  fs::rename(tmp, file, ec);
-  if (ec) fs::remove(tmp, ec);
+  // The cache is best effort: a failed write only means fetching again.
+  WriteFileAtomic(file.string(), *data, 0644, Durability::kAtomicOnly);
   return Status::Ok();
 }
 

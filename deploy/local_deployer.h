@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 #include "config/config.h"
 #include "deploy/deployer.h"
 

@@ -60,8 +60,8 @@ class Session : public std::enable_shared_from_this<Session> {
     auto self = shared_from_this();
     upstream_.async_connect(
         tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<unsigned short>(port)),
-        [self](const boost::system::error_code& ec) {
-          if (ec) return self->CloseBoth();
+        [self](const boost::system::error_code& connect_ec) {
+          if (connect_ec) return self->CloseBoth();
           self->Pump(self->client_, self->upstream_, self->up_buf_);
           self->Pump(self->upstream_, self->client_, self->down_buf_);
         });
@@ -81,8 +81,8 @@ class Session : public std::enable_shared_from_this<Session> {
           }
           if (ec) return self->CloseBoth();
           asio::async_write(to, asio::buffer(buf.data(), n),
-                            [self, &from, &to, &buf](const boost::system::error_code& ec, size_t) {
-                              if (ec) return self->CloseBoth();
+                            [self, &from, &to, &buf](const boost::system::error_code& write_ec, size_t) {
+                              if (write_ec) return self->CloseBoth();
                               self->Pump(from, to, buf);
                             });
         });
@@ -108,16 +108,16 @@ void TcpForwarder::Impl::Accept() {
   acceptor.async_accept([self](const boost::system::error_code& ec, tcp::socket sock) {
     if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
     if (!ec) {
-      std::shared_ptr<NetnsDialer> target;
+      std::shared_ptr<NetnsDialer> current;
       {
         // Counted under the lock: once SetTarget() returns, every connection still headed for
         // the old target is visible in its count.
         std::lock_guard<std::mutex> lock(self->mu);
-        target = self->target;
-        if (target) target->AddConnections(1);
+        current = self->target;
+        if (current) current->AddConnections(1);
       }
       auto s = std::make_shared<Session>(std::move(sock), self);
-      s->Start(target, self->port);
+      s->Start(current, self->port);
     }
     self->Accept();
   });

@@ -1,4 +1,4 @@
-// libFuzzer target: ParseWwwAuthenticate (builder/www_authenticate.h) on arbitrary header
+// libFuzzer target: ParseWwwAuthenticate (registry/www_authenticate.h) on arbitrary header
 // values. Invariants: never throws; on error `out` is empty and the message is non-empty; on
 // success every scheme is a non-empty lowercase token and every parameter name lowercase and
 // non-empty; parsing is deterministic. Stateless; single-threaded.
@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "builder/www_authenticate.h"
+#include "registry/www_authenticate.h"
 #include "fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "builder/cancel_token.h"
+#include "core/cancel_token.h"
 #include "net/http_client.h"
 
 namespace kiln {

@@ -1,5 +1,5 @@
 // HTTP client: one synchronous HTTP/1.1 exchange over a fresh HTTP or HTTPS connection (Beast +
-// OpenSSL). Generic building blocks shared by the registry client (builder/registry_client.cc)
+// OpenSSL). Generic building blocks shared by the registry client (registry/registry_client.cc)
 // and the Kubernetes client (k8s/kube_client.cc):
 //   - HttpOrigin / ParseHttpUrl: "http(s)://host[:port][/path]" into scheme, host and port;
 //   - TlsContext: the client TLS settings (CA file or CA PEM data, else the system store;

@@ -6,6 +6,8 @@ set -euo pipefail
 PKGS=(
   # toolchain
   cmake g++ ninja-build ccache pkg-config
+  # formatting (.clang-format)
+  clang-format
   # libraries
   libcaf-dev libboost1.81-dev libboost-filesystem1.81-dev libboost-system1.81-dev
   nlohmann-json3-dev libspdlog-dev libssl-dev zlib1g-dev libzstd-dev libgtest-dev libyaml-cpp-dev

@@ -20,41 +20,18 @@ enum RecordType : uint8_t {
   kBuildFinished = 2,
   kDeploy = 3,
   kInterrupted = 4,
-  kReserveIds = 5,
-  kCacheDrop = 6,
+  kReserveIds = 5,  // written by older versions only (id blocks); still read
+  kCacheDrop = 6,   // written by older versions only (their build-key cache); skipped
 };
 
-constexpr uint64_t kIdReserveBlock = 64;
 constexpr int kSnapshotVersion = 1;
 
-const char* StatusName(BuildStatus s) {
-  switch (s) {
-    case BuildStatus::kQueued: return "queued";
-    case BuildStatus::kResolving: return "resolving";
-    case BuildStatus::kRunning: return "running";
-    case BuildStatus::kPushing: return "pushing";
-    case BuildStatus::kSucceeded: return "succeeded";
-    case BuildStatus::kFailed: return "failed";
-    case BuildStatus::kCancelled: return "cancelled";
-    case BuildStatus::kInterrupted: return "interrupted";
-  }
-  return "failed";
-}
-
+// The journal keeps every status by its exact name (core/build_types.h); an unknown name is a
+// corrupt record.
 BuildStatus StatusFromName(const std::string& n) {
-  static const std::map<std::string, BuildStatus> kNames = {
-      {"queued", BuildStatus::kQueued},       {"resolving", BuildStatus::kResolving},
-      {"running", BuildStatus::kRunning},     {"pushing", BuildStatus::kPushing},
-      {"succeeded", BuildStatus::kSucceeded}, {"failed", BuildStatus::kFailed},
-      {"cancelled", BuildStatus::kCancelled}, {"interrupted", BuildStatus::kInterrupted}};
-  auto it = kNames.find(n);
-  if (it == kNames.end()) throw std::invalid_argument("unknown build status '" + n + "'");
-  return it->second;
-}
-
-bool Final(BuildStatus s) {
-  return s == BuildStatus::kSucceeded || s == BuildStatus::kFailed ||
-         s == BuildStatus::kCancelled || s == BuildStatus::kInterrupted;
+  std::optional<BuildStatus> s = BuildStatusFromName(n);
+  if (!s) throw std::invalid_argument("unknown build status '" + n + "'");
+  return *s;
 }
 
 // Sequence number of an id "<prefix><16 hex>", or 0 when it is not of that form.
@@ -95,39 +72,16 @@ BuildTimings TimingsFrom(const json& j) {
   return t;
 }
 
-json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
-  json a = json::array();
-  for (const Diagnostic& d : ds) {
-    a.push_back({{"file", d.file}, {"line", d.line}, {"column", d.column},
-                 {"severity", d.severity}, {"message", d.message}});
-  }
-  return a;
-}
-
-std::vector<Diagnostic> DiagnosticsFrom(const json& a) {
-  std::vector<Diagnostic> out;
-  for (const json& j : a) {
-    Diagnostic d;
-    d.file = j.value("file", "");
-    d.line = j.value("line", 0);
-    d.column = j.value("column", 0);
-    d.severity = j.value("severity", "");
-    d.message = j.value("message", "");
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
 json BuildJson(const BuildRecord& b) {
   return {{"id", b.id},
           {"domain", b.domain},
           {"candidate", b.candidate},
           {"commit", b.commit},
           {"build_key", b.build_key},
-          {"status", StatusName(b.status)},
+          {"status", BuildStatusName(b.status)},
           {"image_ref", b.image_ref},
           {"digest", b.digest},
-          {"diagnostics", DiagnosticsJson(b.diagnostics)},
+          {"diagnostics", DiagnosticsToJson(b.diagnostics)},
           {"timings", TimingsJson(b.timings)},
           {"error", b.error},
           {"error_kind", b.error_kind},
@@ -146,7 +100,7 @@ BuildRecord BuildFrom(const json& j) {
   b.status = StatusFromName(j.at("status").get<std::string>());
   b.image_ref = j.value("image_ref", "");
   b.digest = j.value("digest", "");
-  if (j.contains("diagnostics")) b.diagnostics = DiagnosticsFrom(j.at("diagnostics"));
+  if (j.contains("diagnostics")) b.diagnostics = DiagnosticsFromJson(j.at("diagnostics"));
   if (j.contains("timings")) b.timings = TimingsFrom(j.at("timings"));
   b.error = j.value("error", "");
   b.error_kind = j.value("error_kind", "");
@@ -158,10 +112,10 @@ BuildRecord BuildFrom(const json& j) {
 
 json FinishJson(const BuildFinish& f) {
   return {{"id", f.id},
-          {"status", StatusName(f.status)},
+          {"status", BuildStatusName(f.status)},
           {"image_ref", f.image_ref},
           {"digest", f.digest},
-          {"diagnostics", DiagnosticsJson(f.diagnostics)},
+          {"diagnostics", DiagnosticsToJson(f.diagnostics)},
           {"timings", TimingsJson(f.timings)},
           {"error", f.error},
           {"error_kind", f.error_kind},
@@ -189,22 +143,6 @@ DeployRecord DeployFrom(const json& j) {
   return d;
 }
 
-json CacheJson(const CacheEntry& c) {
-  return {{"key", c.key},           {"image_ref", c.image_ref}, {"digest", c.digest},
-          {"built_by", c.built_by}, {"commit", c.commit},       {"at_ms", c.at_ms}};
-}
-
-CacheEntry CacheFrom(const json& j) {
-  CacheEntry c;
-  c.key = j.at("key").get<std::string>();
-  c.image_ref = j.value("image_ref", "");
-  c.digest = j.value("digest", "");
-  c.built_by = j.value("built_by", "");
-  c.commit = j.value("commit", "");
-  c.at_ms = j.value("at_ms", int64_t{0});
-  return c;
-}
-
 using CandidateKey = std::pair<std::string, std::string>;
 
 // JSON text of a record. Strings from builds and agents may hold invalid UTF-8: it is replaced
@@ -226,14 +164,10 @@ struct StateStore::Model {
   std::map<std::string, BuildId> latest_in_domain;
   std::map<std::string, DeployRecord> deployed;
   std::map<std::string, DeployRecord> latest_deploy;
-  std::map<std::string, std::pair<CacheEntry, uint64_t>> cache;  // key -> (entry, put order)
-  std::map<uint64_t, std::string> cache_by_order;
   uint64_t next_order = 1;
-  uint64_t cache_counter = 1;
   uint64_t next_seq = 1;       // next build id sequence number to assign
-  uint64_t reserved_seq = 1;   // ids below this may have been handed out (AllocateBuildId)
+  uint64_t reserved_seq = 1;   // ids below this were reserved by an older kiln (kReserveIds)
   uint64_t next_deploy_seq = 1;
-  size_t max_cache = 10000;
   std::vector<BuildId> duplicate_terminal;  // replay only: finishes of already final builds
   std::vector<BuildId> duplicate_started;   // replay only: a start of an existing id
 
@@ -246,7 +180,7 @@ struct StateStore::Model {
     builds[b.id] = Build{b, order};
     by_candidate[{b.domain, b.candidate}][order] = b.id;
     if (uint64_t s = SeqOf(b.id, 'b')) next_seq = std::max(next_seq, s + 1);
-    if (Final(b.status)) OnFinal(builds[b.id].record);
+    if (IsFinal(b.status)) OnFinal(builds[b.id].record);
   }
 
   void ApplyFinished(const json& j) {
@@ -255,14 +189,14 @@ struct StateStore::Model {
     BuildRecord& b = it->second.record;
     // The live store refuses to finish a final build, so a second terminal record can only
     // come from a damaged or hand-edited journal: the first one wins, the later is reported.
-    if (Final(b.status)) {
+    if (IsFinal(b.status)) {
       duplicate_terminal.push_back(b.id);
       return;
     }
     b.status = StatusFromName(j.at("status").get<std::string>());
     b.image_ref = j.value("image_ref", "");
     b.digest = j.value("digest", "");
-    b.diagnostics = DiagnosticsFrom(j.at("diagnostics"));
+    b.diagnostics = DiagnosticsFromJson(j.at("diagnostics"));
     b.timings = TimingsFrom(j.at("timings"));
     b.error = j.value("error", "");
     b.error_kind = j.value("error_kind", "");
@@ -270,34 +204,13 @@ struct StateStore::Model {
     if (!j.value("commit", "").empty()) b.commit = j.value("commit", "");
     if (!j.value("build_key", "").empty()) b.build_key = j.value("build_key", "");
     b.finished_at_ms = j.value("finished_at_ms", int64_t{0});
-    if (Final(b.status)) OnFinal(b);
+    if (IsFinal(b.status)) OnFinal(b);
   }
 
   void OnFinal(const BuildRecord& b) {
     if (b.status != BuildStatus::kSucceeded) return;
     latest[{b.domain, b.candidate}] = b.id;
     latest_in_domain[b.domain] = b.id;
-    if (!b.build_key.empty() && !b.digest.empty()) {
-      CachePut(CacheEntry{b.build_key, b.image_ref, b.digest, b.id, b.commit, b.finished_at_ms});
-    }
-  }
-
-  void CachePut(CacheEntry e) {
-    CacheDrop(e.key);
-    uint64_t order = cache_counter++;
-    cache_by_order[order] = e.key;
-    std::string key = e.key;
-    cache[key] = {std::move(e), order};
-    while (cache.size() > max_cache && !cache_by_order.empty()) {
-      CacheDrop(cache_by_order.begin()->second);
-    }
-  }
-
-  void CacheDrop(const std::string& key) {
-    auto it = cache.find(key);
-    if (it == cache.end()) return;
-    cache_by_order.erase(it->second.second);
-    cache.erase(it);
   }
 
   void ApplyDeploy(const DeployRecord& d) {
@@ -310,7 +223,7 @@ struct StateStore::Model {
     int64_t at = j.value("at_ms", int64_t{0});
     for (const json& id : j.at("ids")) {
       auto it = builds.find(id.get<std::string>());
-      if (it == builds.end() || Final(it->second.record.status)) continue;
+      if (it == builds.end() || IsFinal(it->second.record.status)) continue;
       BuildRecord& b = it->second.record;
       b.status = BuildStatus::kInterrupted;
       b.finished_at_ms = at;
@@ -327,7 +240,7 @@ struct StateStore::Model {
       case kReserveIds:
         reserved_seq = std::max(reserved_seq, j.at("upto").get<uint64_t>());
         break;
-      case kCacheDrop: CacheDrop(j.at("key").get<std::string>()); break;
+      case kCacheDrop: break;  // older versions kept a build-key cache here (now state/key_store.h)
       default: throw std::invalid_argument("unknown record type " + std::to_string(type));
     }
   }
@@ -350,7 +263,7 @@ struct StateStore::Model {
     for (auto& [key, ids] : by_candidate) {
       for (auto it = ids.begin(); ids.size() > keep && it != ids.end();) {
         const BuildRecord& b = builds.at(it->second).record;
-        if (!Final(b.status) || Referenced(b)) {
+        if (!IsFinal(b.status) || Referenced(b)) {
           ++it;
           continue;
         }
@@ -373,8 +286,6 @@ struct StateStore::Model {
     for (const auto& [d, r] : deployed) deploys.push_back(DeployJson(r));
     json attempts = json::array();
     for (const auto& [d, r] : latest_deploy) attempts.push_back(DeployJson(r));
-    json cache_j = json::array();
-    for (const auto& [order, key] : cache_by_order) cache_j.push_back(CacheJson(cache.at(key).first));
     return {{"version", kSnapshotVersion},
             {"next_seq", next_seq},
             {"reserved_seq", reserved_seq},
@@ -384,7 +295,7 @@ struct StateStore::Model {
             {"latest_in_domain", latest_in_domain},
             {"deployed", deploys},
             {"latest_deploy", attempts},
-            {"cache", cache_j}};
+            {"cache", json::array()}};  // read by older versions (their build-key cache)
   }
 
   void LoadSnapshot(const json& s) {
@@ -414,14 +325,11 @@ struct StateStore::Model {
       DeployRecord r = DeployFrom(d);
       latest_deploy[r.domain] = r;
     }
-    for (const json& c : s.at("cache")) CachePut(CacheFrom(c));
   }
 };
 
 StateStore::StateStore(StateStoreOptions options)
-    : options_(std::move(options)), model_(std::make_unique<Model>()) {
-  model_->max_cache = options_.max_cache_entries;
-}
+    : options_(std::move(options)), model_(std::make_unique<Model>()) {}
 
 StateStore::~StateStore() = default;
 
@@ -454,7 +362,6 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
   if (!s.ok()) return s;
 
   auto m = std::make_unique<Model>();
-  m->max_cache = options_.max_cache_entries;
   if (jl.has_snapshot) {
     try {
       m->LoadSnapshot(json::parse(jl.snapshot));
@@ -478,7 +385,7 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
 
   std::vector<BuildId> active;
   for (const auto& [id, b] : model_->builds) {
-    if (!Final(b.record.status)) active.push_back(id);
+    if (!IsFinal(b.record.status)) active.push_back(id);
   }
   if (!active.empty()) {
     s = Commit(kInterrupted, Dump(json{{"ids", active}, {"at_ms", Now()}}));
@@ -496,7 +403,6 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
 
   summary->builds = model_->builds.size();
   summary->deploys = model_->latest_deploy.size();
-  summary->cache_entries = model_->cache.size();
   summary->interrupted = std::move(active);
   summary->duplicate_terminal = model_->duplicate_terminal;
   summary->duplicate_started = model_->duplicate_started;
@@ -555,23 +461,6 @@ Status StateStore::Compact() {
   return s.ok() ? CompactLocked() : s;
 }
 
-Status StateStore::AllocateBuildId(BuildId* id) {
-  std::lock_guard<std::mutex> w(write_mu_);
-  Status s = CheckLoaded();
-  if (!s.ok()) return s;
-  uint64_t seq = model_->next_seq;
-  if (seq >= model_->reserved_seq) {
-    s = Commit(kReserveIds, Dump(json{{"upto", seq + kIdReserveBlock}}));
-    if (!s.ok()) return s;
-  }
-  {
-    std::unique_lock<std::shared_mutex> lock(model_mu_);
-    model_->next_seq = seq + 1;
-  }
-  *id = FormatBuildId(seq);
-  return Status::Ok();
-}
-
 Status StateStore::RecordBuildStarted(BuildRecord* build) {
   std::lock_guard<std::mutex> w(write_mu_);
   Status s = CheckLoaded();
@@ -594,12 +483,12 @@ Status StateStore::RecordBuildFinished(const BuildFinish& finish) {
   if (!s.ok()) return s;
   auto it = model_->builds.find(finish.id);
   if (it == model_->builds.end()) return Status::NotFound("build " + finish.id + " not found");
-  if (Final(it->second.record.status)) {
+  if (IsFinal(it->second.record.status)) {
     return Status::FailedPrecondition("build " + finish.id + " is already " +
-                                      StatusName(it->second.record.status));
+                                      BuildStatusName(it->second.record.status));
   }
   BuildFinish f = finish;
-  if (f.finished_at_ms == 0 && Final(f.status)) f.finished_at_ms = Now();
+  if (f.finished_at_ms == 0 && IsFinal(f.status)) f.finished_at_ms = Now();
   return Commit(kBuildFinished, Dump(FinishJson(f)));
 }
 
@@ -616,14 +505,6 @@ Status StateStore::RecordDeploy(DeployRecord* deploy) {
   s = Commit(kDeploy, Dump(DeployJson(d)));
   if (s.ok()) *deploy = std::move(d);
   return s;
-}
-
-Status StateStore::DropCacheEntry(const std::string& key) {
-  std::lock_guard<std::mutex> w(write_mu_);
-  Status s = CheckLoaded();
-  if (!s.ok()) return s;
-  if (!model_->cache.count(key)) return Status::Ok();
-  return Commit(kCacheDrop, Dump(json{{"key", key}}));
 }
 
 std::optional<BuildRecord> StateStore::Build(const BuildId& id) const {
@@ -664,13 +545,6 @@ std::optional<DeployRecord> StateStore::LatestDeploy(const std::string& domain) 
   auto it = model_->latest_deploy.find(domain);
   if (it == model_->latest_deploy.end()) return std::nullopt;
   return it->second;
-}
-
-std::optional<CacheEntry> StateStore::CacheLookup(const std::string& key) const {
-  std::shared_lock<std::shared_mutex> lock(model_mu_);
-  auto it = model_->cache.find(key);
-  if (it == model_->cache.end()) return std::nullopt;
-  return it->second.first;
 }
 
 std::vector<BuildRecord> StateStore::Builds(const std::string& domain, const std::string& candidate,
@@ -720,7 +594,7 @@ std::vector<BuildRecord> StateStore::ActiveBuilds() const {
   std::shared_lock<std::shared_mutex> lock(model_mu_);
   std::vector<BuildRecord> out;
   for (const auto& [id, b] : model_->builds) {
-    if (!Final(b.record.status)) out.push_back(b.record);
+    if (!IsFinal(b.record.status)) out.push_back(b.record);
   }
   return out;
 }

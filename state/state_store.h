@@ -1,7 +1,8 @@
 // StateStore: kiln's durable state across restarts — build records, the latest successful
-// build per (domain, candidate) and per domain, the deployment per domain, the build-key cache
-// and the build-id sequence — as a typed model over a Journal (state/journal.h) in one
-// directory (e.g. <state_dir>/state).
+// build per (domain, candidate) and per domain, the deployment per domain and the build-id
+// sequence — as a typed model over a Journal (state/journal.h) in one
+// directory (e.g. <state_dir>/state). The build-key cache is state/key_store.h (files that
+// `kiln build` shares with a running `kiln serve`, which holds this store's lock).
 //
 // Usage (from a worker thread or at start-up, never on an actor thread: writes fsync):
 //
@@ -11,7 +12,7 @@
 //   BuildRecord b;  b.domain = "d"; b.candidate = "main"; b.commit = ...; b.build_key = ...;
 //   s = store.RecordBuildStarted(&b);                         // assigns b.id ("b-<16 hex>")
 //   BuildFinish f;  f.id = b.id; f.status = BuildStatus::kSucceeded; f.digest = ...;
-//   s = store.RecordBuildFinished(f);                         // also fills the key cache
+//   s = store.RecordBuildFinished(f);
 //   std::optional<BuildRecord> last = store.LatestSuccessful("d", "main");
 //
 // Every Record* call is durable when it returns OK (one journal append + fsync) and changes the
@@ -44,7 +45,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/build_types.h"
+#include "core/build_types.h"
 #include "common/status.h"
 #include "state/journal.h"
 
@@ -87,23 +88,14 @@ struct BuildFinish {
 
 /// One deployment attempt of a domain.
 struct DeployRecord {
-  std::string deploy_id;  // caller's id; assigned ("d-<16 hex>") when empty
+  std::string deploy_id;  // caller's id (the service's are random "d-<16 hex>"); assigned
+                          // from the store's sequence ("d-<16 hex>") when empty
   std::string domain;
   BuildId build_id;
   std::string image;      // image reference deployed
   std::string status;     // "in_progress", "rolled_out", "failed" (DeployState names)
   std::string reason;     // why (failure reason, "rollback", ...)
   int64_t at_ms = 0;      // filled when 0
-};
-
-/// A build-key cache entry: the image a succeeded build of `key` produced.
-struct CacheEntry {
-  std::string key;
-  std::string image_ref;
-  std::string digest;
-  BuildId built_by;
-  std::string commit;
-  int64_t at_ms = 0;
 };
 
 struct StateStoreOptions {
@@ -113,8 +105,6 @@ struct StateStoreOptions {
   uint64_t compact_threshold_bytes = uint64_t{4} << 20;
   /// Builds kept per (domain, candidate) across compactions (referenced ones always kept).
   size_t max_builds_per_candidate = 200;
-  /// Build-key cache entries kept (least recently stored dropped first).
-  size_t max_cache_entries = 10000;
   /// fsync each record (false only for tests/benchmarks that never crash).
   bool sync = true;
   /// Wall clock in unix milliseconds (default: system_clock).
@@ -125,7 +115,6 @@ struct StateStoreOptions {
 struct LoadSummary {
   size_t builds = 0;
   size_t deploys = 0;        // domains with a deploy record
-  size_t cache_entries = 0;
   std::vector<BuildId> interrupted;  // builds marked interrupted by this load
   std::vector<BuildId> duplicate_terminal;  // a 2nd terminal record of a build (ignored)
   std::vector<BuildId> duplicate_started;   // a 2nd start record of a build id (ignored)
@@ -150,25 +139,18 @@ class StateStore {
   /// error of journaling the interrupted builds (the store stays unloaded; retry later).
   Status Load(const std::string& dir, LoadSummary* summary);
 
-  /// A fresh build id that was never and will never be handed out by this directory, even
-  /// across restarts (reserved in blocks, journaled). Returns the journal error on failure.
-  Status AllocateBuildId(BuildId* id);
-
   /// Records a new build (status usually queued or running). Assigns `build->id` when empty and
   /// `started_at_ms` when 0. InvalidArgument when domain/candidate are empty or the id exists.
   Status RecordBuildStarted(BuildRecord* build);
 
   /// Records a phase change or the end of a build. A succeeded build becomes the latest of its
-  /// candidate and domain, and its build key (when set) enters the cache. NotFound for an
-  /// unknown id; FailedPrecondition when the build is already final.
+  /// candidate and domain. NotFound for an unknown id; FailedPrecondition when the build is
+  /// already final.
   Status RecordBuildFinished(const BuildFinish& finish);
 
   /// Records a deployment attempt; `Deployed(domain)` is the newest rolled_out one and
   /// `LatestDeploy(domain)` the newest of any status. Assigns deploy_id and at_ms when empty.
   Status RecordDeploy(DeployRecord* deploy);
-
-  /// Drops a build-key cache entry (e.g. the image is gone from the registry). OK when absent.
-  Status DropCacheEntry(const std::string& key);
 
   /// Writes a snapshot and starts a new journal now (also done automatically).
   Status Compact();
@@ -179,7 +161,6 @@ class StateStore {
   std::optional<BuildRecord> LatestSuccessfulInDomain(const std::string& domain) const;
   std::optional<DeployRecord> Deployed(const std::string& domain) const;
   std::optional<DeployRecord> LatestDeploy(const std::string& domain) const;
-  std::optional<CacheEntry> CacheLookup(const std::string& key) const;
   /// Builds of a candidate, newest first, at most `limit`.
   std::vector<BuildRecord> Builds(const std::string& domain, const std::string& candidate,
                                   size_t limit = 50) const;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "state/fault_file_system.h"
+#include "state/journal.h"
 #include "state/test_util.h"
 
 namespace kiln {
@@ -89,7 +90,6 @@ TEST_F(StateStoreTest, RoundTripEverything) {
   auto s = Open(&sum);
   EXPECT_EQ(sum.builds, 2u);
   EXPECT_EQ(sum.deploys, 1u);
-  EXPECT_EQ(sum.cache_entries, 1u);
   EXPECT_TRUE(sum.interrupted.empty());
   auto a = s->Build(ok_id);
   ASSERT_TRUE(a);
@@ -112,11 +112,6 @@ TEST_F(StateStoreTest, RoundTripEverything) {
   EXPECT_FALSE(s->LatestSuccessfulInDomain("other"));
   ASSERT_TRUE(s->Deployed("d"));
   EXPECT_EQ(s->Deployed("d")->build_id, ok_id);
-  auto c = s->CacheLookup(Key(1));
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->built_by, ok_id);
-  EXPECT_EQ(c->digest, "sha256:" + std::string(64, 'a'));
-  EXPECT_FALSE(s->CacheLookup(Key(2)));
 }
 
 TEST_F(StateStoreTest, ValidationErrors) {
@@ -185,37 +180,33 @@ TEST_F(StateStoreTest, BuildIdsNeverRepeatAcrossRestarts) {
   for (int round = 0; round < 4; ++round) {
     auto s = Open();
     for (int i = 0; i < 5; ++i) {
-      BuildId id;
-      ASSERT_TRUE(s->AllocateBuildId(&id).ok());
-      EXPECT_TRUE(seen.insert(id).second) << id;  // allocated, never recorded
+      BuildRecord b = Start(*s, "main");
+      EXPECT_TRUE(seen.insert(b.id).second) << b.id;
     }
-    BuildRecord b = Start(*s, "main");
-    EXPECT_TRUE(seen.insert(b.id).second) << b.id;
     if (round == 2) {
       ASSERT_TRUE(s->Compact().ok());
     }
   }
 }
 
-TEST_F(StateStoreTest, CacheEvictionAndDrop) {
-  StateStoreOptions o;
-  o.max_cache_entries = 3;
+// Journals of older versions: their build-key cache drops (type 6) and id reservations
+// (type 5) still load; the reservation still keeps the sequence ahead of reserved ids.
+TEST_F(StateStoreTest, OlderRecordTypesStillLoad) {
   {
-    auto s = Open(nullptr, o);
-    for (int i = 1; i <= 5; ++i) {
-      BuildRecord b = Start(*s, "main", i);
-      ASSERT_TRUE(Finish(*s, b.id, BuildStatus::kSucceeded).ok());
-    }
-    EXPECT_FALSE(s->CacheLookup(Key(2)));
-    EXPECT_TRUE(s->CacheLookup(Key(3)));
-    ASSERT_TRUE(s->DropCacheEntry(Key(4)).ok());
-    ASSERT_TRUE(s->DropCacheEntry(Key(99)).ok());
+    std::unique_ptr<Journal> j;
+    JournalLoad jl;
+    ASSERT_TRUE(Journal::Open(dir_.path(), JournalOptions{}, &j, &jl).ok());
+    ASSERT_TRUE(j->Append(5, "{\"upto\":65}").ok());
+    ASSERT_TRUE(j->Append(6, "{\"key\":\"" + Key(1) + "\"}").ok());
   }
-  auto s = Open(nullptr, o);
-  EXPECT_FALSE(s->CacheLookup(Key(2)));
-  EXPECT_TRUE(s->CacheLookup(Key(3)));
-  EXPECT_FALSE(s->CacheLookup(Key(4)));
-  EXPECT_TRUE(s->CacheLookup(Key(5)));
+  LoadSummary sum;
+  auto s = Open(&sum);
+  for (const auto& n : sum.notes) EXPECT_EQ(n.find("skipped"), std::string::npos) << n;
+  EXPECT_TRUE(sum.corruptions.empty());
+  EXPECT_EQ(s->build_count(), 0u);
+  EXPECT_GE(s->next_build_seq(), 65u);
+  BuildRecord b = Start(*s, "main");
+  EXPECT_EQ(b.id, StateStore::FormatBuildId(s->next_build_seq() - 1));
 }
 
 TEST_F(StateStoreTest, CompactionKeepsStateAndPrunesOldBuilds) {
@@ -249,7 +240,6 @@ TEST_F(StateStoreTest, CompactionKeepsStateAndPrunesOldBuilds) {
   EXPECT_TRUE(s->Build(all.back()));
   EXPECT_FALSE(s->Build(all.front())) << "old build not pruned";
   EXPECT_LE(s->build_count(), 30u);  // 10 kept + builds since the last compaction
-  EXPECT_TRUE(s->CacheLookup(Key(1)));
   EXPECT_EQ(s->next_build_seq(), 102u);
 }
 
@@ -266,7 +256,6 @@ TEST_F(StateStoreTest, DiskFullLeavesStateConsistent) {
     EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
     EXPECT_EQ(s->Build(a_id)->status, BuildStatus::kRunning);
     EXPECT_FALSE(s->LatestSuccessful("d", "main"));
-    EXPECT_FALSE(s->CacheLookup(Key(1)));
     BuildRecord b;
     b.domain = "d";
     b.candidate = "x";

@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "common/file_util.h"
 #include "common/safe_remove.h"
 #include "storage/inventory.h"
 
@@ -62,7 +63,15 @@ StorageCollector::StorageCollector(std::shared_ptr<const Config> config, std::st
     : config_(std::move(config)),
       state_dir_(std::move(state_dir)),
       leases_(std::move(leases)),
-      gate_(std::move(gate)) {}
+      gate_(std::move(gate)) {
+  metrics_.DeclareGauge("kiln_storage_bytes",
+                        "Bytes kiln keeps in its state directory, per domain (\"\": shared) and kind");
+  metrics_.DeclareGauge("kiln_storage_budget_bytes", "Storage budget in bytes (domain \"\": storage.max_gb)");
+  metrics_.DeclareGauge("kiln_storage_over_budget",
+                        "1 while the domain stays over its budget after collection (builds refused)");
+  metrics_.DeclareCounter("kiln_storage_collected_bytes_total", "Bytes deleted by the storage collector");
+  metrics_.DeclareCounter("kiln_storage_collections_total", "Storage collections run");
+}
 
 bool StorageCollector::Delete(const StorageItem& item, std::string* why) {
   const std::string path = state_dir_ + "/" + item.id;
@@ -79,9 +88,8 @@ bool StorageCollector::Delete(const StorageItem& item, std::string* why) {
   if (item.kind == StorageKind::kWorkspace) {
     // Under the workspace's checkout lock; without its marker the next checkout starts over.
     std::string parent = path.substr(0, path.rfind('/'));
-    int fd = ::open((parent + "/checkout.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd);
+    FileLock lock(parent + "/checkout.lock", LOCK_EX | LOCK_NB);
+    if (!lock.held() && lock.error() == "busy") {
       if (leases_) leases_->EndCollect(lease_key);
       *why = "a checkout is running";
       return false;
@@ -89,7 +97,6 @@ bool StorageCollector::Delete(const StorageItem& item, std::string* why) {
     ::unlink((parent + "/checked-out").c_str());
     st = RemoveTreeNoFollow(path);
     if (st.ok()) ::unlink((parent + "/index").c_str());
-    if (fd >= 0) ::close(fd);
   } else if (item.kind == StorageKind::kKeyEntry) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) st = Status::Internal("unlink failed");
   } else {
@@ -185,45 +192,17 @@ void StorageCollector::UpdateMetrics(const std::vector<StorageItem>& items,
 
 void StorageCollector::SetMetric(const std::string& name, const std::string& domain,
                                  const std::string& kind, double value, bool add) {
-  std::lock_guard<std::mutex> l(metrics_mu_);
-  double& v = metrics_[{name, domain, kind}];
-  v = add ? v + value : value;
+  MetricLabels labels;
+  if (name != "kiln_storage_collections_total") labels["domain"] = domain;
+  if (!kind.empty()) labels["kind"] = kind;
+  if (!add)
+    metrics_.Set(name, labels, value);
+  else if (name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0)
+    metrics_.Increment(name, labels, value);
+  else
+    metrics_.Add(name, labels, value);
 }
 
-std::string StorageCollector::RenderMetrics() const {
-  static const std::map<std::string, std::pair<const char*, const char*>> kHelp = {
-      {"kiln_storage_bytes",
-       {"gauge", "Bytes kiln keeps in its state directory, per domain (\"\": shared) and kind"}},
-      {"kiln_storage_budget_bytes",
-       {"gauge", "Storage budget in bytes (domain \"\": storage.max_gb)"}},
-      {"kiln_storage_over_budget",
-       {"gauge", "1 while the domain stays over its budget after collection (builds refused)"}},
-      {"kiln_storage_collected_bytes_total", {"counter", "Bytes deleted by the storage collector"}},
-      {"kiln_storage_collections_total", {"counter", "Storage collections run"}},
-  };
-  std::lock_guard<std::mutex> l(metrics_mu_);
-  std::string out;
-  std::string last;
-  for (const auto& [key, value] : metrics_) {
-    const auto& [name, domain, kind] = key;
-    if (name != last) {
-      auto h = kHelp.find(name);
-      if (h != kHelp.end())
-        out += "# HELP " + name + " " + h->second.second + "\n# TYPE " + name + " " +
-               h->second.first + "\n";
-      last = name;
-    }
-    std::string labels;
-    if (name != "kiln_storage_collections_total") {
-      labels = "{domain=\"" + domain + "\"";
-      if (!kind.empty()) labels += ",kind=\"" + kind + "\"";
-      labels += "}";
-    }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.0f", value);
-    out += name + labels + " " + buf + "\n";
-  }
-  return out;
-}
+std::string StorageCollector::RenderMetrics() const { return metrics_.Render(); }
 
 }  // namespace kiln

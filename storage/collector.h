@@ -27,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/metrics.h"
 #include "config/config.h"
 #include "storage/gc_policy.h"
 #include "storage/lease_table.h"
@@ -72,7 +73,7 @@ class StorageCollector {
 
   /// kiln_storage_bytes{domain,kind}, kiln_storage_budget_bytes{domain},
   /// kiln_storage_collected_bytes_total{domain,kind}, kiln_storage_over_budget{domain}.
-  /// Prometheus text format (names and label values are validated names: no escaping needed).
+  /// Prometheus text format (common/metrics.h MetricsRegistry::Render).
   std::string RenderMetrics() const;
 
  private:
@@ -83,10 +84,8 @@ class StorageCollector {
   const std::string state_dir_;
   std::shared_ptr<StorageLeaseTable> leases_;
   std::shared_ptr<StorageGate> gate_;
-  // The gauges and counters (common/metrics.cc is not in kiln_common yet, see
-  // transport/CMakeLists.txt): (name, "domain", "kind") -> value.
-  mutable std::mutex metrics_mu_;
-  std::map<std::tuple<std::string, std::string, std::string>, double> metrics_;
+  // The gauges and counters, in kiln's one metrics registry and renderer (thread-safe).
+  MetricsRegistry metrics_;
   void SetMetric(const std::string& name, const std::string& domain, const std::string& kind,
                  double value, bool add = false);
 };

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 

@@ -44,7 +44,7 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "transport/auth.h"
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 #include "transport/tool_catalog.h"
 
 namespace kiln {

@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "transport/mcp_tasks.h"
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 #include "transport/tool_catalog.h"
 
 namespace kiln {

@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 

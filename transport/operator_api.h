@@ -23,7 +23,7 @@
 #include "config/config.h"
 #include "transport/auth.h"
 #include "transport/http_server.h"
-#include "transport/tool_backend.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 

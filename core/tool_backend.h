@@ -1,9 +1,11 @@
 // ToolBackend: what the MCP transport needs from kiln's core.
 //
-// The real implementation (actors/actor_backend.h) routes calls to the scheduler and candidate
-// actors; tests use a fake. Implementations must be thread-safe: Call and Cancel may be invoked
-// from any thread (the HTTP io threads), and must never block. The callbacks may run on any
-// thread and must not block either (post back to your own executor).
+// Part of the vocabulary library (core/): the transport calls it, kiln's runtime implements it.
+// The real implementation (`Runtime`, actors/runtime.h) routes calls to the domain, scheduler
+// and candidate actors; tests use transport/fake_tool_backend.h. Implementations must be
+// thread-safe: Call and Cancel may be invoked from any thread (the HTTP io threads), and must
+// never block. The callbacks may run on any thread and must not block either (post back to your
+// own executor).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "actors/build_types.h"
+#include "core/build_types.h"
 
 namespace kiln {
 
@@ -24,6 +24,28 @@ const char* PhaseName(BuildStatus s) {
     case BuildStatus::kPushing: return "pushing";
     default: return StatusWireName(s);
   }
+}
+
+const char* BuildStatusName(BuildStatus s) {
+  switch (s) {
+    case BuildStatus::kQueued: return "queued";
+    case BuildStatus::kResolving: return "resolving";
+    case BuildStatus::kRunning: return "running";
+    case BuildStatus::kPushing: return "pushing";
+    case BuildStatus::kSucceeded: return "succeeded";
+    case BuildStatus::kFailed: return "failed";
+    case BuildStatus::kCancelled: return "cancelled";
+    case BuildStatus::kInterrupted: return "interrupted";
+  }
+  return "failed";
+}
+
+std::optional<BuildStatus> BuildStatusFromName(std::string_view name) {
+  for (BuildStatus s : {BuildStatus::kQueued, BuildStatus::kResolving, BuildStatus::kRunning,
+                        BuildStatus::kPushing, BuildStatus::kSucceeded, BuildStatus::kFailed,
+                        BuildStatus::kCancelled, BuildStatus::kInterrupted})
+    if (name == BuildStatusName(s)) return s;
+  return std::nullopt;
 }
 
 bool IsFinal(BuildStatus s) {

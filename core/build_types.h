@@ -1,4 +1,5 @@
-// Plain data types shared by the scheduler core, the candidate actor and the tool layer.
+// Plain data types shared by the scheduler core, the candidate actor, the tool layer and the
+// state store (kiln_core_types, the vocabulary library at the bottom of the graph).
 // Value types; no CAF. A BuildOutcome is immutable once published (shared as
 // shared_ptr<const BuildOutcome>), so it may be read from any thread.
 #pragma once
@@ -9,11 +10,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "builder/diagnostics.h"
+#include "core/diagnostic.h"
 
 namespace kiln {
 
@@ -27,6 +29,11 @@ enum class BuildStatus { kQueued, kResolving, kRunning, kPushing, kSucceeded, kF
 const char* StatusWireName(BuildStatus s);
 const char* PhaseName(BuildStatus s);
 bool IsFinal(BuildStatus s);
+/// The exact name of every status ("queued", "resolving", "running", "pushing", "succeeded",
+/// "failed", "cancelled", "interrupted"), as the state journal stores it; and back (nullopt for
+/// any other text).
+const char* BuildStatusName(BuildStatus s);
+std::optional<BuildStatus> BuildStatusFromName(std::string_view name);
 
 struct BuildTimings {
   int64_t queued_ms = 0;

@@ -1,4 +1,4 @@
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "builder/www_authenticate.h"
+#include "registry/www_authenticate.h"
 #include "common/sha256.h"
 
 namespace kiln {

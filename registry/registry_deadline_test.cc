@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 #include "common/sha256.h"
 
 namespace kiln {

@@ -1,7 +1,4 @@
-#include "actors/key_store.h"
-
-#include <fcntl.h>
-#include <unistd.h>
+#include "state/key_store.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -10,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/sha256.h"
 
@@ -23,17 +21,7 @@ Status KeyStore::Save(const std::string& key, const BuildOutcome& o) const {
   nlohmann::json j = {{"key", key},         {"image_ref", o.image_ref}, {"digest", o.digest},
                       {"built_by", o.built_by}, {"commit", o.commit},  {"build_ms", o.build_ms},
                       {"push_ms", o.push_ms}};
-  std::string body = DumpJson(j) + "\n";
-  std::string tmp = dir_ + "/." + key + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Internal("cannot write " + tmp);
-  bool ok = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), (dir_ + "/" + key + ".json").c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::Internal("cannot write build-key cache entry in " + dir_);
-  }
-  return Status::Ok();
+  return WriteFileAtomic(dir_ + "/" + key + ".json", DumpJson(j) + "\n", 0600);
 }
 
 std::vector<std::pair<std::string, OutcomePtr>> KeyStore::LoadAll() const {

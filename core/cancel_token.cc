@@ -1,4 +1,4 @@
-#include "builder/cancel_token.h"
+#include "core/cancel_token.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>

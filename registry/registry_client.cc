@@ -1,4 +1,4 @@
-#include "builder/registry_client.h"
+#include "registry/registry_client.h"
 
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "builder/www_authenticate.h"
+#include "registry/www_authenticate.h"
 #include "common/sha256.h"
 
 namespace kiln {

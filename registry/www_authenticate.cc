@@ -1,4 +1,4 @@
-#include "builder/www_authenticate.h"
+#include "registry/www_authenticate.h"
 
 #include <cctype>
 

@@ -1,0 +1,320 @@
+// BuildahBuilder against FakeProcessRunner: what it asks buildah (and unshare, setpriv) to do,
+// with which environment and mounts, and how each way a build can end maps to a BuildResult.
+// No buildah, no registry: the Containerfiles are `FROM scratch` (nothing to resolve). Runs as
+// root (the builder prepares directories owned by the build user, here `nobody`).
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "builder/buildah_builder.h"
+#include "builder/fake_build_job.h"
+#include "builder/fake_process_runner.h"
+
+namespace kiln {
+namespace {
+namespace fs = std::filesystem;
+using testing_build::Contains;
+using testing_build::FakeBuildJob;
+using testing_build::FreshTestRoot;
+
+constexpr char kSecret[] = "s3cr3t-registry-password";
+const std::string kImageId(64, 'c');
+
+bool HasArg(const ProcessSpec& s, const std::string& a) {
+  return std::find(s.argv.begin(), s.argv.end(), a) != s.argv.end();
+}
+
+// The sandbox script: `unshare ... /bin/sh -c <script>`, with the build user's inner script
+// (single-quoted inside it) unquoted once, so both read as written.
+std::string Script(const ProcessSpec& s) {
+  std::string sh = s.argv.empty() ? "" : s.argv.back();
+  for (size_t at = sh.find("'\\''"); at != std::string::npos; at = sh.find("'\\''", at + 1))
+    sh.replace(at, 4, "'");
+  return sh;
+}
+
+class BuildahFakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::geteuid(), 0u) << "BuildahBuilder prepares the build user's directories: run as root";
+    root_ = FreshTestRoot("kiln-buildah-fake");
+    fs::create_directories(root_ / "home");
+    std::ofstream(root_ / "src" / "Containerfile") << "FROM scratch\nWORKDIR /src\nCOPY . /src\nRUN go build ./...\n";
+    job_ = FakeBuildJob(root_, "http://127.0.0.1:5999", kSecret);
+    job_.storage_dir = (root_ / "state" / "domains" / "d" / "candidates" / "c1" / "storage").string();
+    job_.cache_dir = (root_ / "state" / "domains" / "d" / "cache").string();
+    job_.home_dir = (root_ / "home").string();
+    job_.build.timeout_s = 77;
+    job_.build.max_file_mb = 3;
+    job_.key = std::string(64, 'k');
+    job_.commit = std::string(40, 'a');
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // A scripted successful `buildah build` + export: prints, marks the export, writes the iid.
+  FakeRun Succeeds() {
+    FakeRun run;
+    run.chunks = {"STEP 1/3: FROM scratch\n", "kiln: exporting the image\n"};
+    const std::string iid = job_.storage_dir + "/rootless/iid";
+    run.effect = [iid](const ProcessSpec&) { std::ofstream(iid) << "sha256:" << std::string(64, 'c') << "\n"; };
+    return run;
+  }
+
+  BuildResult Build(const CancelToken* cancel = nullptr) {
+    BuildahBuilder b(&runner_, "/usr/bin/buildah");
+    output_.clear();
+    return b.Build(job_, [this](std::string_view c) { output_ += std::string(c); }, cancel);
+  }
+
+  fs::path root_;
+  BuildJob job_;
+  FakeProcessRunner runner_;
+  std::string output_;
+};
+
+TEST_F(BuildahFakeTest, SuccessRunsOneSandboxedBuildAndReadsTheImageId) {
+  runner_.Script(Succeeds());
+  BuildResult r = Build();
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(r.image_id, kImageId);
+  EXPECT_FALSE(r.compile_failed);
+  EXPECT_TRUE(r.timings.count("build_ms"));
+  EXPECT_TRUE(r.timings.count("export_ms"));  // the export marker line was seen
+  EXPECT_TRUE(Contains(output_, "STEP 1/3"));  // streamed through
+  ASSERT_EQ(runner_.runs(), 1u);               // FROM scratch: nothing to fetch or load
+  const ProcessSpec s = runner_.specs()[0];
+
+  // unshare: own network (loopback only), PID and mount namespaces; the build dies with it.
+  ASSERT_GE(s.argv.size(), 3u);
+  EXPECT_EQ(s.argv[0], "unshare");
+  for (const char* a : {"--net", "--pid", "--fork", "--kill-child", "--mount-proc"}) EXPECT_TRUE(HasArg(s, a)) << a;
+  EXPECT_EQ(s.argv[s.argv.size() - 3], "/bin/sh");
+  EXPECT_EQ(s.cwd, "/");
+  EXPECT_EQ(s.timeout, std::chrono::seconds(77));
+  EXPECT_FALSE(s.stdin_data);
+  // Exactly PATH for the namespace's shell; the build user's env is rebuilt with env -i.
+  ASSERT_TRUE(s.env);
+  EXPECT_EQ(s.env->size(), 1u);
+  EXPECT_TRUE(s.env->count("PATH"));
+
+  const std::string sh = Script(s);
+  EXPECT_TRUE(Contains(sh, "ip link set lo up"));
+  // Mounts: the candidate's directory, the domain's cache (TMPDIR: RUN --mount=type=cache), the
+  // source read-only; kiln's state, HOME and the registry credential hidden.
+  EXPECT_TRUE(Contains(sh, "mount --bind '" + job_.storage_dir + "/rootless' '/run/kiln-build/c'"));
+  EXPECT_TRUE(Contains(sh, "mount --bind '" + job_.cache_dir + "/rootless' '/run/kiln-build/cache'"));
+  EXPECT_TRUE(Contains(sh, "mount --bind -o ro '" + job_.source_dir + "' '/run/kiln-build/c/src'"));
+  EXPECT_TRUE(Contains(sh, "TMPDIR='/run/kiln-build/cache'"));
+  EXPECT_TRUE(Contains(sh, "mount --bind /dev/null '" + *job_.registry.auth_file + "'"));
+  EXPECT_TRUE(Contains(sh, "kiln-hidden '" + (root_ / "state").string() + "'"));
+  EXPECT_TRUE(Contains(sh, "kiln-hidden '" + job_.home_dir + "'"));
+  // Unprivileged: setpriv to the build user, RLIMIT_FSIZE, a cleared environment.
+  struct passwd* pw = ::getpwnam("nobody");
+  ASSERT_NE(pw, nullptr);
+  EXPECT_TRUE(Contains(sh, "setpriv --reuid=" + std::to_string(pw->pw_uid)));
+  EXPECT_TRUE(Contains(sh, "prlimit --fsize=3145728:3145728"));
+  EXPECT_TRUE(Contains(sh, "env -i PATH="));
+  EXPECT_TRUE(Contains(sh, "BUILDAH_ISOLATION=chroot"));
+  // buildah build: chroot isolation, no pull (kiln provides base images), the build key and
+  // commit as annotations, the registry as a build arg.
+  EXPECT_TRUE(Contains(sh, "'build' '--isolation' 'chroot' '--layers' '--force-rm' '--pull=never'"));
+  EXPECT_TRUE(Contains(sh, "'--annotation' 'io.kiln.build-key=" + job_.key + "'"));
+  EXPECT_TRUE(Contains(sh, "'--annotation' 'org.opencontainers.image.revision=" + job_.commit + "'"));
+  EXPECT_TRUE(Contains(sh, "'--build-arg' 'KILN_REGISTRY=127.0.0.1:5999'"));
+  EXPECT_TRUE(Contains(sh, "'-t' '127.0.0.1:5999/d/app:c1'"));
+  EXPECT_TRUE(Contains(sh, "'overlay.imagestore=/run/kiln-build/bases'"));
+  EXPECT_TRUE(Contains(sh, "'oci:/run/kiln-build/c/oci:img'"));
+}
+
+TEST_F(BuildahFakeTest, NoCredentialReachesAnyProcess) {
+  runner_.Script(Succeeds());
+  ASSERT_TRUE(Build().status.ok());
+  for (const ProcessSpec& s : runner_.specs()) {
+    for (const auto& a : s.argv) EXPECT_FALSE(Contains(a, kSecret)) << a;
+    if (s.env)
+      for (const auto& [k, v] : *s.env) {
+        EXPECT_FALSE(Contains(v, kSecret)) << k;
+        EXPECT_NE(k, "REGISTRY_AUTH_FILE");
+        EXPECT_NE(k, "DOCKER_CONFIG");
+      }
+    // The auth file is only ever named to be hidden: "[ ! -f F ] || mount --bind /dev/null F".
+    const std::string sh = Script(s);
+    const std::string& f = *job_.registry.auth_file;
+    size_t named = 0;
+    for (size_t at = sh.find(f); at != std::string::npos; at = sh.find(f, at + 1)) ++named;
+    EXPECT_EQ(named, 2u) << sh;
+    EXPECT_TRUE(Contains(sh, "[ ! -f '" + f + "' ] || mount --bind /dev/null '" + f + "'\n")) << sh;
+  }
+}
+
+TEST_F(BuildahFakeTest, HostNetworkSharesTheNetworkNamespace) {
+  job_.build.network = "host";
+  runner_.Script(Succeeds());
+  ASSERT_TRUE(Build().status.ok());
+  const ProcessSpec s = runner_.specs()[0];
+  EXPECT_FALSE(HasArg(s, "--net"));
+  EXPECT_TRUE(HasArg(s, "--pid"));
+  EXPECT_FALSE(Contains(Script(s), "ip link set lo up"));
+}
+
+TEST_F(BuildahFakeTest, TargetAndBuildArgsReachBuildah) {
+  job_.build.containerfile.target = "final";
+  job_.build.containerfile.build_args = {{"GOFLAGS", "-mod=vendor"}};
+  runner_.Script(Succeeds());
+  ASSERT_TRUE(Build().status.ok());
+  const std::string sh = Script(runner_.specs()[0]);
+  EXPECT_TRUE(Contains(sh, "'--target' 'final'"));
+  EXPECT_TRUE(Contains(sh, "'--build-arg' 'GOFLAGS=-mod=vendor'"));
+}
+
+TEST_F(BuildahFakeTest, FailingRunStepIsACompileErrorWithDiagnostics) {
+  FakeRun run;
+  run.exit_code = 1;
+  run.chunks = {"STEP 3/4: RUN go build ./...\n",
+                "/src/main.go:5:2: undefined: fmt.Printn\n",
+                "error building at STEP \"RUN go build ./...\": exit status 1\n"};
+  runner_.Script(run);
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kFailedPrecondition);
+  EXPECT_TRUE(r.compile_failed);
+  EXPECT_EQ(r.failure_kind, "");  // a RUN step: the candidate classifies compile vs test
+  EXPECT_TRUE(Contains(r.status.message(), "RUN go build ./...")) << r.status.message();
+  EXPECT_TRUE(Contains(r.status.message(), "exit code 1")) << r.status.message();
+  ASSERT_FALSE(r.diagnostics.empty());
+  EXPECT_EQ(r.diagnostics[0].file, "main.go");  // the WORKDIR is stripped
+  EXPECT_EQ(r.diagnostics[0].line, 5);
+  EXPECT_EQ(r.diagnostics[0].column, 2);
+  EXPECT_EQ(r.diagnostics[0].severity, "error");
+  EXPECT_TRUE(Contains(r.diagnostics[0].message, "undefined: fmt.Printn"));
+}
+
+TEST_F(BuildahFakeTest, FailureOutsideARunStepIsTheContainerfiles) {
+  FakeRun run;
+  run.exit_code = 125;
+  run.chunks = {"STEP 3/4: COPY missing.txt /x\n",
+                "error building at STEP \"COPY missing.txt /x\": checking on sources: no such file\n"};
+  runner_.Script(run);
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kFailedPrecondition);
+  EXPECT_TRUE(r.compile_failed);
+  EXPECT_EQ(r.failure_kind, "containerfile");
+}
+
+TEST_F(BuildahFakeTest, BuildContainerTroubleIsInfrastructure) {
+  FakeRun run;
+  run.exit_code = 125;
+  run.chunks = {"Error: error creating build container: writing blob: no space left\n"};
+  runner_.Script(run);
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kUnavailable);
+  EXPECT_FALSE(r.compile_failed);
+  EXPECT_TRUE(Contains(r.status.message(), "could not prepare the build"));
+}
+
+TEST_F(BuildahFakeTest, ExportFailureIsInfrastructure) {
+  FakeRun run;
+  run.exit_code = 202;  // the sandbox script's export exit code
+  run.chunks = {"kiln: exporting the image\n", "Error: writing layout: input/output error\n"};
+  runner_.Script(run);
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kUnavailable);
+  EXPECT_FALSE(r.compile_failed);
+  EXPECT_TRUE(Contains(r.status.message(), "could not export the image"));
+}
+
+TEST_F(BuildahFakeTest, TimeoutRemovesWorkingContainers) {
+  FakeRun run;
+  run.timed_out = true;
+  run.exit_code = 137;
+  runner_.Script(run);
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kDeadlineExceeded);
+  EXPECT_TRUE(Contains(r.status.message(), "77 s"));
+  EXPECT_FALSE(r.compile_failed);
+  ASSERT_EQ(runner_.runs(), 2u);
+  const std::string cleanup = Script(runner_.specs()[1]);
+  EXPECT_TRUE(Contains(cleanup, "rm --all"));
+  EXPECT_TRUE(Contains(cleanup, "setpriv --reuid="));  // as the build user, in the sandbox
+}
+
+TEST_F(BuildahFakeTest, CancelStopsTheBuildAndRemovesWorkingContainers) {
+  FakeRun run;
+  run.block_until_cancelled = true;
+  run.chunks = {"STEP 1/3: FROM scratch\n"};
+  runner_.Script(run);
+  CancelToken cancel;
+  std::thread canceller = runner_.CancelWhenRunning(&cancel);
+  BuildResult r = Build(&cancel);
+  canceller.join();
+  EXPECT_EQ(r.status.code(), Status::Code::kCancelled);
+  EXPECT_FALSE(r.compile_failed);
+  ASSERT_EQ(runner_.runs(), 2u);
+  EXPECT_TRUE(Contains(Script(runner_.specs()[1]), "rm --all"));
+}
+
+TEST_F(BuildahFakeTest, UnstartableBuildahIsInfrastructure) {
+  FakeRun run;
+  run.start_status = Status::NotFound("unshare: not found");
+  runner_.Script(run);
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kUnavailable);
+  EXPECT_FALSE(r.compile_failed);
+  EXPECT_TRUE(Contains(r.status.message(), "cannot run buildah"));
+}
+
+TEST_F(BuildahFakeTest, SuccessWithoutAnImageIdIsInternal) {
+  runner_.Script(FakeRun{});  // exit 0, no iid written
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kInternal);
+}
+
+TEST_F(BuildahFakeTest, MissingContainerfileRunsNothing) {
+  job_.build.containerfile.file = "Dockerfile.missing";
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(r.compile_failed);
+  EXPECT_EQ(runner_.runs(), 0u);
+}
+
+TEST_F(BuildahFakeTest, RootBuildUserIsRefusedBeforeAnythingRuns) {
+  job_.build.user = "root";
+  BuildResult r = Build();
+  EXPECT_EQ(r.status.code(), Status::Code::kUnavailable);
+  EXPECT_FALSE(r.compile_failed);
+  EXPECT_EQ(runner_.runs(), 0u);
+}
+
+TEST_F(BuildahFakeTest, BaseImageOutsideTheRegistryIsTheAgentsFaultAndFetchesNothing) {
+  std::ofstream(root_ / "src" / "Containerfile") << "FROM docker.io/library/golang:1.22\nRUN true\n";
+  BuildResult r = Build();
+  EXPECT_FALSE(r.status.ok());
+  EXPECT_TRUE(r.compile_failed);
+  EXPECT_TRUE(Contains(r.status.message(), "docker.io/library/golang:1.22")) << r.status.message();
+  EXPECT_EQ(runner_.runs(), 0u);  // no skopeo, no buildah
+}
+
+TEST(BuildahCheck, RunsBuildahVersion) {
+  FakeProcessRunner runner;
+  FakeRun bad;
+  bad.exit_code = 3;
+  runner.Script(FakeRun{});
+  runner.Script(bad);
+  BuildahBuilder b(&runner, "/opt/buildah");
+  EXPECT_TRUE(b.Check().ok());
+  Status st = b.Check();
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable);
+  ASSERT_EQ(runner.runs(), 2u);
+  EXPECT_EQ(runner.specs()[0].argv, (std::vector<std::string>{"/opt/buildah", "version"}));
+  ASSERT_TRUE(runner.specs()[0].env);
+  EXPECT_EQ(runner.specs()[0].env->size(), 1u);
+}
+
+}  // namespace
+}  // namespace kiln
