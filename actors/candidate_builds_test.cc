@@ -1,0 +1,2 @@
+#include "actors/candidate_builds.h"
+#include <gtest/gtest.h>

@@ -1,0 +1,2 @@
+#include "actors/domain_core.h"
+#include <gtest/gtest.h>
