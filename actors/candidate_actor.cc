@@ -11,6 +11,7 @@
 #include <map>
 #include <type_traits>
 
+#include "actors/actor_glue.h"
 #include "actors/build_metrics.h"
 #include "actors/candidate_builds.h"
 #include "actors/candidate_work.h"
@@ -33,9 +34,7 @@ struct CandidateState {
   SchedulerActor scheduler;
   DomainActor domain;
   std::unique_ptr<CandidateBuilds> core;
-  std::map<WaiterId, caf::response_promise> waiters;
-  std::map<SinkId, caf::actor> sinks;
-  uint64_t next_id = 1;
+  Callers callers;
   JournaledAnswers answers;  // answers waiting for their journal record
 };
 using Self = CandidateActor::stateful_pointer<CandidateState>;
@@ -97,25 +96,16 @@ void CarryOne(Self self, Effect& effect) {
       [&](auto& e) {
         using E = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<E, AnswerEffect>) {
-          std::vector<caf::response_promise> promises;
-          for (WaiterId w : e.waiters)
-            if (auto it = s.waiters.find(w); it != s.waiters.end()) {
-              promises.push_back(it->second);
-              s.waiters.erase(it);
-            }
-          StateWriter* writer = env.store && e.write ? env.writer.get() : nullptr;
-          s.answers.After(writer, caf::actor_cast<caf::actor>(self),
-                          e.write ? WriteOf(env, *e.write) : std::function<void()>([] {}),
-                          std::move(e.result), std::move(promises));
+          s.callers.Answer(s.answers, env.store && e.write ? env.writer.get() : nullptr,
+                           caf::actor_cast<caf::actor>(self),
+                           e.write ? WriteOf(env, *e.write) : std::function<void()>([] {}),
+                           std::move(e.result), e.waiters);
         } else if constexpr (std::is_same_v<E, ProgressEffect>) {
-          for (SinkId id : e.sinks)
-            if (auto it = s.sinks.find(id); it != s.sinks.end())
-              caf::anon_send(it->second, progress_atom::value, e.progress);
+          s.callers.Progress(e.sinks, e.progress);
         } else if constexpr (std::is_same_v<E, StartedEffect>) {
-          if (auto it = s.sinks.find(e.sink); it != s.sinks.end())
-            caf::anon_send(it->second, started_atom::value, e.id);
+          s.callers.Started(e.sink, e.id);
         } else if constexpr (std::is_same_v<E, DropSinksEffect>) {
-          for (SinkId id : e.sinks) s.sinks.erase(id);
+          s.callers.DropSinks(e.sinks);
         } else if constexpr (std::is_same_v<E, ResolveEffect>) {
           RunPhase(self, [name = s.name, e](const DomainEnv& de) { return ResolvePhase(de, name, e.id, e.req); });
         } else if constexpr (std::is_same_v<E, SubmitEffect>) {
@@ -187,22 +177,7 @@ caf::result<ToolResult> WithPosition(Self self, const BuildId& id, Render render
 CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const DomainEnv> env,
                                                 std::string name, SchedulerActor scheduler,
                                                 DomainActor domain) {
-  self->attach_functor([](const caf::error& reason) {
-    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
-      spdlog::warn("candidate actor exited: {}", caf::to_string(reason));
-  });
-  self->set_default_handler(caf::drop);
-  self->set_error_handler([](caf::scheduled_actor*, caf::error& err) {
-    spdlog::warn("candidate actor: unhandled error {}", caf::to_string(err));
-  });
-  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
-    try {
-      std::rethrow_exception(eptr);
-    } catch (const std::exception& e) {
-      spdlog::error("candidate actor failed: {}", e.what());
-    }
-    return caf::make_error(caf::sec::runtime_error);
-  });
+  InstallHandlers(self, "candidate");
   auto& s = self->state;
   s.env = std::move(env);
   s.name = std::move(name);
@@ -215,13 +190,10 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
-        const WaiterId waiter = s.next_id++;
-        const SinkId sink_id = sink ? s.next_id++ : 0;
         auto rp = self->make_response_promise<ToolResult>();
-        s.waiters[waiter] = rp;
-        if (sink) s.sinks[sink_id] = sink;
+        const WaiterId waiter = s.callers.AddWaiter(rp);
         const uint64_t pushes = s.env->busy ? s.env->busy->Pushes(s.env->domain) : 0;
-        Carry(self, s.core->Request(req, waiter, sink_id, pushes));
+        Carry(self, s.core->Request(req, waiter, s.callers.AddSink(sink), pushes));
         return rp;
       },
       [=](status_atom) -> caf::result<ToolResult> {

@@ -147,4 +147,17 @@ WorkDone PushPhase(const DomainEnv& env, const std::string& candidate, const Pus
   return d;
 }
 
+DeployResult DeployPhase(Deployer& deployer, const DeployRequest& req, CancelToken* cancel,
+                         const std::function<void(const std::string&)>& progress) {
+  DeployResult res;
+  try {
+    res = deployer.Deploy(req, progress, cancel);
+  } catch (const std::exception& e) {
+    res.state = DeployState::kFailed;
+    res.reason = "Internal";
+    res.message = std::string("deployer failed: ") + e.what();
+  }
+  return res;
+}
+
 }  // namespace kiln

@@ -11,8 +11,10 @@
 #include <map>
 #include <type_traits>
 
+#include "actors/actor_glue.h"
 #include "actors/build_failure.h"
 #include "actors/candidate_actor.h"
+#include "actors/candidate_work.h"
 #include "actors/domain_core.h"
 #include "actors/domain_env.h"
 #include "actors/journaled_answers.h"
@@ -29,27 +31,13 @@ struct DomainState {
   SchedulerActor scheduler;
   std::map<std::string, CandidateActor> candidates;
   std::unique_ptr<DomainCore> core;
-  std::map<WaiterId, caf::response_promise> waiters;
-  std::map<SinkId, caf::actor> sinks;
-  uint64_t next_id = 1;
+  Callers callers;
   JournaledAnswers answers;  // deploy answers waiting for their journal record
   static inline const char* name = "kiln.domain";
 };
 using Self = DomainActor::stateful_pointer<DomainState>;
 
-// A tool-level error in the failure vocabulary (actors/build_failure.h): the agent's
-// arguments by default; "internal error" replies are kiln's side. `remote` (issue 16): the
-// domain's git remote, for a next step that names it.
-ToolResult Error(const std::string& m, const std::string& kind = "", const std::string& candidate = "",
-                 const std::string& remote = "") {
-  nlohmann::json j = ErrorJson(m);
-  const std::string k = !kind.empty() ? kind : m.rfind("internal error", 0) == 0 ? "infrastructure" : "invalid_argument";
-  j["error_kind"] = k;
-  j["next_step"] = NextStepFor(k, candidate, remote);
-  return {j, true};
-}
-
-std::string Remote(Self self) { return GitRemoteUrl(self->state.env->config->server, self->state.env->domain); }
+ToolResult Error(const std::string& m) { return ToolError(m); }
 
 // Returns the candidate's actor, spawning it on first use; null when the limit is reached.
 CandidateActor Candidate(Self self, const std::string& name, bool create) {
@@ -67,8 +55,7 @@ CandidateActor Candidate(Self self, const std::string& name, bool create) {
 caf::result<ToolResult> Build(Self self, BuildRequest& req, caf::actor& sink) {
   auto cand = Candidate(self, req.candidate, true);
   if (!cand)
-    return Error("too many candidates in domain '" + self->state.env->domain + "' (limit " +
-                 std::to_string(self->state.env->max_candidates) + ")");
+    return self->state.core->TooManyCandidates();
   return self->delegate(cand, build_atom::value, std::move(req), std::move(sink));
 }
 
@@ -89,12 +76,6 @@ void Carry(Self self, DomainEffects effects) {
         [&](auto& e) {
           using E = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<E, DeployAnswerEffect>) {
-            std::vector<caf::response_promise> promises;
-            for (WaiterId w : e.waiters)
-              if (auto it = s.waiters.find(w); it != s.waiters.end()) {
-                promises.push_back(it->second);
-                s.waiters.erase(it);
-              }
             auto store = s.env->store;
             std::function<void()> write = [] {};
             if (e.record)
@@ -102,26 +83,19 @@ void Carry(Self self, DomainEffects effects) {
                 Status st = store->RecordDeploy(&rec);
                 if (!st.ok()) spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id, st.message());
               };
-            s.answers.After(store && e.record ? s.env->writer.get() : nullptr, caf::actor_cast<caf::actor>(self),
-                            std::move(write), std::move(e.result), std::move(promises));
+            s.callers.Answer(s.answers, store && e.record ? s.env->writer.get() : nullptr,
+                             caf::actor_cast<caf::actor>(self), std::move(write), std::move(e.result), e.waiters);
+            s.callers.DropSinks(e.done_sinks);
           } else if constexpr (std::is_same_v<E, DeployProgressEffect>) {
-            for (SinkId id : e.sinks)
-              if (auto it = s.sinks.find(id); it != s.sinks.end()) caf::anon_send(it->second, progress_atom::value, e.progress);
+            s.callers.Progress(e.sinks, e.progress);
           } else if constexpr (std::is_same_v<E, DeployStartEffect>) {
             spdlog::info("deploy {} domain={} candidate={} build={} -> rolling out {}", e.req.deploy_id, s.env->domain,
                          e.req.candidate, e.req.build_id, e.req.image);
             auto me = caf::actor_cast<DomainActor>(self);
             s.env->work->Run([me, deployer = s.env->deployer, cancel = e.cancel, req = e.req] {
-              DeployResult res;
-              try {
-                res = deployer->Deploy(
-                    req, [me, id = req.deploy_id](const std::string& line) { caf::anon_send(me, deploy_prog_atom::value, id, line); },
-                    cancel.get());
-              } catch (const std::exception& ex) {
-                res.state = DeployState::kFailed;
-                res.reason = "Internal";
-                res.message = std::string("deployer failed: ") + ex.what();
-              }
+              DeployResult res = DeployPhase(*deployer, req, cancel.get(), [me, id = req.deploy_id](const std::string& line) {
+                caf::anon_send(me, deploy_prog_atom::value, id, line);
+              });
               caf::anon_send(me, deploy_done_atom::value, req.deploy_id, res);
             });
           }
@@ -134,38 +108,19 @@ caf::result<ToolResult> Deploy(Self self, const std::string& candidate, const st
                                bool wait, const caf::actor& sink) {
   auto& s = self->state;
   if (!s.env->deployer) return Error("domain '" + s.env->domain + "' has no deploy target (deploy.type is \"none\")");
-  // Issue 16: another candidate's build names that candidate; unknown candidates list the known.
-  if (auto owner = build_id ? s.core->OwnerOf(*build_id) : std::nullopt; owner && *owner != candidate) {
-    ToolResult r = Error("build " + *build_id + " belongs to candidate '" + *owner + "', not '" + candidate +
-                         "'; deploy it with candidate=" + *owner);
-    r.structured["next_step"] = "call deploy_candidate with candidate=" + *owner + " and build_id=" + *build_id;
-    return r;
-  }
   auto cand = Candidate(self, candidate, false);
-  if (!cand)
-    return Error("candidate '" + candidate + "' has no successful build to deploy: it is not known in domain '" +
-                     s.env->domain + "' (known candidates: " + s.core->KnownCandidates() + "); build it first",
-                 "not_pushed", candidate, Remote(self));
+  if (auto refusal = s.core->DeployRefusal(candidate, build_id, bool(cand))) return *refusal;
   const uint64_t arrival = s.core->Arrive();
   auto rp = self->make_response_promise<ToolResult>();
   self->request(cand, kQuickReply, lookup_atom::value, build_id.value_or(""))
       .then(
           [=](ToolResult& r) mutable {
             if (r.is_error) {
-              if (!r.structured.contains("error_kind")) {
-                r.structured["error_kind"] = "invalid_argument";
-                r.structured["next_step"] =
-                    "build the candidate (build_candidate) and deploy a succeeded build; candidate_status lists its builds";
-              }
-              rp.deliver(r);
+              rp.deliver(DomainCore::NotDeployable(std::move(r)));
               return;
             }
             auto& s = self->state;
-            const WaiterId waiter = s.next_id++;
-            const SinkId sink_id = sink ? s.next_id++ : 0;
-            s.waiters[waiter] = rp;
-            if (sink) s.sinks[sink_id] = sink;
-            Carry(self, s.core->AdmitDeploy(arrival, r.structured, wait, waiter, sink_id));
+            Carry(self, s.core->AdmitDeploy(arrival, r.structured, wait, s.callers.AddWaiter(rp), s.callers.AddSink(sink)));
           },
           [=](caf::error& e) mutable { rp.deliver(Error("internal error: " + caf::to_string(e))); });
   return rp;
@@ -173,16 +128,7 @@ caf::result<ToolResult> Deploy(Self self, const std::string& candidate, const st
 
 caf::result<ToolResult> CandidateStatus(Self self, const std::string& c) {
   auto cand = Candidate(self, c, false);
-  if (!cand) {  // never built (or unknown): say so, and how to start
-    ToolResult r = Error("candidate '" + c + "' has no builds in this domain (known candidates: " +
-                             self->state.core->KnownCandidates() + ")",
-                         "not_pushed", c, Remote(self));
-    for (const char* k : {"latest_build", "latest_successful_build", "deployed_build", "queue_position"})
-      r.structured[k] = nullptr;
-    r.structured["candidate"] = c;
-    r.structured["state"] = "unknown";
-    return r;
-  }
+  if (!cand) return self->state.core->UnknownCandidateStatus(c);  // never built (or unknown)
   auto rp = self->make_response_promise<ToolResult>();
   self->request(cand, kQuickReply, status_atom::value)
       .then(
@@ -256,26 +202,14 @@ caf::result<ToolResult> Tool(Self self, ToolCall& call, caf::actor& sink) {
 }
 
 DomainActor::behavior_type DomainBehavior(Self self, std::shared_ptr<const DomainEnv> env, SchedulerActor scheduler) {
-  self->attach_functor([](const caf::error& reason) {
-    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
-      spdlog::warn("domain actor exited: {}", caf::to_string(reason));
-  });
-  self->set_default_handler(caf::drop);
-  self->set_error_handler([](caf::scheduled_actor*, caf::error& err) { spdlog::warn("domain actor: unhandled error {}", caf::to_string(err)); });
-  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
-    try {
-      std::rethrow_exception(eptr);
-    } catch (const std::exception& e) {
-      spdlog::error("domain actor failed: {}", e.what());
-    }
-    return caf::make_error(caf::sec::runtime_error);
-  });
+  InstallHandlers(self, "domain");
   auto& s = self->state;
   s.env = std::move(env);
   s.scheduler = std::move(scheduler);
   DomainCore::Options o;
   o.domain = s.env->domain;
   o.deploy_type = s.env->dc ? s.env->dc->deploy.type : "none";
+  o.remote = GitRemoteUrl(s.env->config->server, s.env->domain);
   o.history_per_candidate = s.env->history_per_candidate;
   o.max_candidates = s.env->max_candidates;
   s.core = std::make_unique<DomainCore>(o);

@@ -113,6 +113,46 @@ void DomainCore::RememberBuild(const BuildId& id, const std::string& candidate) 
   }
 }
 
+ToolResult DomainCore::TooManyCandidates() const {
+  return ToolError("too many candidates in domain '" + opts_.domain + "' (limit " +
+                   std::to_string(opts_.max_candidates) + ")");
+}
+
+ToolResult DomainCore::UnknownCandidateStatus(const std::string& c) const {
+  ToolResult r = ToolError("candidate '" + c + "' has no builds in this domain (known candidates: " +
+                               KnownCandidates() + ")",
+                           "not_pushed", c, opts_.remote);
+  for (const char* k : {"latest_build", "latest_successful_build", "deployed_build", "queue_position"})
+    r.structured[k] = nullptr;
+  r.structured["candidate"] = c;
+  r.structured["state"] = "unknown";
+  return r;
+}
+
+std::optional<ToolResult> DomainCore::DeployRefusal(const std::string& candidate,
+                                                    const std::optional<BuildId>& build_id,
+                                                    bool known) const {
+  if (auto owner = build_id ? OwnerOf(*build_id) : std::nullopt; owner && *owner != candidate) {
+    ToolResult r = ToolError("build " + *build_id + " belongs to candidate '" + *owner + "', not '" +
+                             candidate + "'; deploy it with candidate=" + *owner);
+    r.structured["next_step"] = "call deploy_candidate with candidate=" + *owner + " and build_id=" + *build_id;
+    return r;
+  }
+  if (known) return std::nullopt;
+  return ToolError("candidate '" + candidate + "' has no successful build to deploy: it is not known in domain '" +
+                       opts_.domain + "' (known candidates: " + KnownCandidates() + "); build it first",
+                   "not_pushed", candidate, opts_.remote);
+}
+
+ToolResult DomainCore::NotDeployable(ToolResult r) {
+  if (!r.structured.contains("error_kind")) {
+    r.structured["error_kind"] = "invalid_argument";
+    r.structured["next_step"] =
+        "build the candidate (build_candidate) and deploy a succeeded build; candidate_status lists its builds";
+  }
+  return r;
+}
+
 void DomainCore::OnSummary(CandidateSummary sum) {
   if (sum.latest_success) {
     auto& [id, order] = success_[sum.candidate];
@@ -183,7 +223,8 @@ void DomainCore::Attach(DeployRun& run, bool wait, WaiterId waiter, SinkId sink,
     out->push_back(DeployAnswerEffect{
         std::nullopt,
         ToolResult{View(run), run.result && run.result->state != DeployState::kRolledOut},
-        {waiter}});
+        {waiter},
+        sink ? std::vector<SinkId>{sink} : std::vector<SinkId>{}});
     return;
   }
   run.waiters.push_back(waiter);
@@ -194,10 +235,7 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
                                       WaiterId waiter, SinkId sink) {
   DomainEffects out;
   if (stopping_) {
-    nlohmann::json j = ErrorJson("kiln is shutting down");
-    j["error_kind"] = "invalid_argument";
-    j["next_step"] = NextStepFor("invalid_argument", "");
-    out.push_back(DeployAnswerEffect{std::nullopt, {j, true}, {waiter}});
+    out.push_back(DeployAnswerEffect{std::nullopt, ToolError("kiln is shutting down"), {waiter}, {sink}});
     return out;
   }
   DeployRequest req;
@@ -212,7 +250,7 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
   while (deploys_.count(req.deploy_id)) req.deploy_id = opts_.new_deploy_id();
   auto d = order_.Admit(arrival, req.build_id, build_order, req.deploy_id);
   if (d.action == DeployOrder::Action::kRefuse) {
-    out.push_back(DeployAnswerEffect{std::nullopt, {RefusedJson(req, d.reason), true}, {waiter}});
+    out.push_back(DeployAnswerEffect{std::nullopt, {RefusedJson(req, d.reason), true}, {waiter}, {sink}});
     return out;
   }
   if (d.action == DeployOrder::Action::kJoin) {
@@ -272,8 +310,8 @@ void DomainCore::Finish(DeployRun& run, DeployResult res, DomainEffects* out) {
   rec.image = run.req.image;
   rec.status = DeployStateName(res.state);
   rec.reason = res.reason;
-  out->push_back(DeployAnswerEffect{
-      rec, ToolResult{View(run), res.state != DeployState::kRolledOut}, std::move(run.waiters)});
+  out->push_back(DeployAnswerEffect{rec, ToolResult{View(run), res.state != DeployState::kRolledOut},
+                                    std::move(run.waiters), std::move(run.sinks)});
   run.waiters.clear();
   run.sinks.clear();
   finished_.push_back(run.id);

@@ -57,6 +57,7 @@ struct DeployAnswerEffect {  // journal `record` (when set), then answer `waiter
   std::optional<DeployRecord> record;
   ToolResult result;
   std::vector<WaiterId> waiters;
+  std::vector<SinkId> done_sinks;  // sinks that get nothing more
 };
 struct DeployStartEffect {  // run the deploy on a worker: answer with DeployDone
   DeployRequest req;
@@ -75,6 +76,7 @@ class DomainCore {
   struct Options {
     std::string domain;
     std::string deploy_type = "none";
+    std::string remote;  // the domain's git remote (next steps of not_pushed)
     size_t history_per_candidate = 50;
     size_t max_candidates = 256;
     size_t finished_deploys = 32;  // finished deploys kept for joins and status
@@ -93,6 +95,17 @@ class DomainCore {
   /// "'a', 'b' and 2 more" of the known candidates (bounded), "none yet" when empty.
   std::string KnownCandidates() const;
   std::optional<std::string> OwnerOf(const BuildId& id) const;
+  /// The answer when no candidate may be added (max_candidates).
+  ToolResult TooManyCandidates() const;
+  /// candidate_status of a candidate without builds: says so, and how to start.
+  ToolResult UnknownCandidateStatus(const std::string& candidate) const;
+  /// deploy_candidate checks before the lookup: another candidate's build names its owner
+  /// (issue 16); an unknown candidate lists the known ones. nullopt: go on.
+  std::optional<ToolResult> DeployRefusal(const std::string& candidate,
+                                          const std::optional<BuildId>& build_id,
+                                          bool known) const;
+  /// The candidate's lookup refused the build: its answer, in the failure vocabulary.
+  static ToolResult NotDeployable(ToolResult lookup);
   /// A candidate's summary after a transition: list_candidates, build owners, success order.
   void OnSummary(CandidateSummary sum);
   nlohmann::json CandidateList() const;

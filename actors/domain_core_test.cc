@@ -48,6 +48,7 @@ class DomainCoreTest : public ::testing::Test {
     DomainCore::Options o;
     o.domain = "dom";
     o.deploy_type = "local";
+    o.remote = "https://kiln.example/git/dom";
     o.history_per_candidate = history;
     o.max_candidates = max_candidates;
     o.now = [this] { return now_; };
@@ -214,6 +215,40 @@ TEST_F(DomainCoreTest, FinishedDeploysAreBounded) {
   // d-1 was forgotten (32 kept): a done report for it changes nothing.
   EXPECT_TRUE(c.DeployDone("d-1", DeployResult{DeployState::kFailed, "x", "", false, 0}).empty());
   EXPECT_EQ(c.deployed()["build_id"], "b-40");
+}
+
+TEST_F(DomainCoreTest, DeployRefusalsNameTheOwnerOrTheKnownCandidates) {
+  auto c = Make();
+  c.AddCandidate("alice");
+  c.OnSummary(Summary("alice", "b-1"));
+  auto wrong = c.DeployRefusal("bob", std::string("b-1"), true);
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->structured["next_step"], "call deploy_candidate with candidate=alice and build_id=b-1");
+  EXPECT_EQ(wrong->structured["error_kind"], "invalid_argument");
+  auto unknown = c.DeployRefusal("carol", std::nullopt, false);
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->structured["error_kind"], "not_pushed");
+  EXPECT_NE(unknown->structured["error"].get<std::string>().find("known candidates: 'alice'"), std::string::npos);
+  EXPECT_NE(unknown->structured["next_step"].get<std::string>().find("https://kiln.example/git/dom"), std::string::npos);
+  EXPECT_FALSE(c.DeployRefusal("alice", std::string("b-1"), true));
+  EXPECT_FALSE(c.DeployRefusal("alice", std::nullopt, true));
+}
+
+TEST_F(DomainCoreTest, UnknownCandidateStatusSaysHowToStart) {
+  auto c = Make();
+  ToolResult r = c.UnknownCandidateStatus("zed");
+  EXPECT_TRUE(r.is_error);
+  EXPECT_EQ(r.structured["state"], "unknown");
+  EXPECT_EQ(r.structured["error_kind"], "not_pushed");
+  EXPECT_TRUE(r.structured["latest_build"].is_null());
+  EXPECT_TRUE(r.structured["queue_position"].is_null());
+}
+
+TEST_F(DomainCoreTest, ALookupRefusalGetsAKindUnlessItHasOne) {
+  ToolResult plain{{{"error", "build 'b-1' is failed; only a succeeded build can be deployed"}}, true};
+  EXPECT_EQ(DomainCore::NotDeployable(plain).structured["error_kind"], "invalid_argument");
+  ToolResult kinded{{{"error", "x"}, {"error_kind", "not_pushed"}}, true};
+  EXPECT_EQ(DomainCore::NotDeployable(kinded).structured["error_kind"], "not_pushed");
 }
 
 }  // namespace

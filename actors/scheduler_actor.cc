@@ -9,6 +9,7 @@
 
 #include <unordered_map>
 
+#include "actors/actor_glue.h"
 #include "actors/build_metrics.h"
 #include "actors/protocol.h"
 #include "actors/push_lanes.h"
@@ -61,22 +62,7 @@ SchedulerActor::behavior_type SchedulerBehavior(Self self, size_t max_parallel, 
                                 std::shared_ptr<BuildMetrics> metrics,
                                 std::vector<std::pair<std::string, OutcomePtr>> known,
                                 std::map<std::string, size_t> slots) {
-  self->attach_functor([](const caf::error& reason) {
-    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
-      spdlog::warn("scheduler actor exited: {}", caf::to_string(reason));
-  });
-  self->set_default_handler(caf::drop);
-  self->set_error_handler([](caf::scheduled_actor*, caf::error& err) {
-    spdlog::warn("scheduler actor: unhandled error {}", caf::to_string(err));
-  });
-  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
-    try {
-      std::rethrow_exception(eptr);
-    } catch (const std::exception& e) {
-      spdlog::error("scheduler actor failed: {}", e.what());
-    }
-    return caf::make_error(caf::sec::runtime_error);
-  });
+  InstallHandlers(self, "scheduler");
   auto& s = self->state;
   s.core = std::make_unique<SchedulerCore>(max_parallel);
   for (const auto& [d, w] : weights) s.core->SetWeight(d, w);

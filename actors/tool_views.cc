@@ -274,6 +274,17 @@ nlohmann::json LogChunkJson(const BuildId& id, const LogBuffer::Chunk& c) {
           {"dropped_bytes", c.dropped}};
 }
 
+ToolResult ToolError(const std::string& message, const std::string& kind,
+                     const std::string& candidate, const std::string& remote) {
+  nlohmann::json j = ErrorJson(message);
+  const std::string k = !kind.empty()                            ? kind
+                        : message.rfind("internal error", 0) == 0 ? "infrastructure"
+                                                                  : "invalid_argument";
+  j["error_kind"] = k;
+  j["next_step"] = NextStepFor(k, candidate, remote);
+  return {j, true};
+}
+
 nlohmann::json ErrorJson(const std::string& message) { return {{"error", ToValidUtf8(message)}}; }
 
 }  // namespace kiln

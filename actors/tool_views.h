@@ -11,6 +11,7 @@
 #include "actors/build_types.h"
 #include "builder/log_buffer.h"
 #include "common/status.h"
+#include "transport/tool_backend.h"
 
 namespace kiln {
 
@@ -79,6 +80,13 @@ nlohmann::json CandidateStatusJson(const std::string& candidate, const BuildSnap
 nlohmann::json DeployableJson(const BuildSnapshot& b, int64_t order);
 /// build_log: {build_id, text, offset, next_offset, complete, dropped_bytes}.
 nlohmann::json LogChunkJson(const BuildId& id, const LogBuffer::Chunk& c);
+
+/// A tool-level error result in the failure vocabulary (actors/build_failure.h): {error,
+/// error_kind, next_step}. The kind defaults to the agent's arguments ("invalid_argument"),
+/// or kiln's side ("infrastructure") for a message starting "internal error". `remote`
+/// (issue 16): the domain's git remote, for a next step that names it.
+ToolResult ToolError(const std::string& message, const std::string& kind = "",
+                     const std::string& candidate = "", const std::string& remote = "");
 
 /// A tool-level error result body: {"error": message}, message made valid UTF-8.
 nlohmann::json ErrorJson(const std::string& message);
