@@ -1,10 +1,9 @@
-// The candidate actor: one per (domain, candidate). Owns the candidate's workspace directory,
-// its builder storage, its build state machine (queued -> resolving -> building -> pushing ->
-// succeeded | failed | cancelled) and its build history. At most one build of a candidate is
-// active: a newer request supersedes the older one, whose callers get `cancelled`.
-//
-// Blocking work (git, buildah) runs on BlockingWork threads that report back with WorkDone
-// messages; the actor itself never blocks. Protocol: actors/protocol.h.
+// The candidate actor: one per (domain, candidate). Glue between CAF and the candidate's pure
+// core (actors/candidate_builds.h, which owns the build records and decides every
+// transition): it receives a message, calls the core, and carries out the effects the core
+// returns (journal writes and answers, progress, scheduler messages, work phases on
+// BlockingWork threads — actors/candidate_work.h — that report back with WorkDone). The
+// actor itself never blocks. Interface: CandidateActor in actors/protocol.h.
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -12,12 +11,14 @@
 #include <memory>
 #include <string>
 
+#include "actors/protocol.h"
+
 namespace kiln {
 
 struct DomainEnv;
 
 /// Spawns the actor for `candidate` (a validated name). `scheduler` and `domain` must be live.
-caf::actor SpawnCandidate(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
-                          std::string candidate, caf::actor scheduler, caf::actor domain);
+CandidateActor SpawnCandidate(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
+                              std::string candidate, SchedulerActor scheduler, DomainActor domain);
 
 }  // namespace kiln

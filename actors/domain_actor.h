@@ -1,17 +1,22 @@
-// The domain actor: one per domain. Routes the domain's tool calls to its candidate actors
-// (spawned on first use, bounded in number), maps build ids to candidates, and keeps each
-// candidate's summary for list_candidates. Protocol: actors/protocol.h.
+// The domain actor: one per domain. Glue between CAF and the domain's pure core
+// (actors/domain_core.h: the tool routing table, build owners, summaries and success order,
+// the apply choice, deploy admission and bookkeeping). It spawns the domain's candidate
+// actors (on first use, bounded in number), delegates build requests to them, runs deploys on
+// BlockingWork threads and carries out the core's effects. Interface: DomainActor in
+// actors/protocol.h.
 #pragma once
 
 #include <caf/fwd.hpp>
 
 #include <memory>
 
+#include "actors/protocol.h"
+
 namespace kiln {
 
 struct DomainEnv;
 
-caf::actor SpawnDomain(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
-                       caf::actor scheduler);
+DomainActor SpawnDomain(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
+                        SchedulerActor scheduler);
 
 }  // namespace kiln

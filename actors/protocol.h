@@ -1,44 +1,57 @@
-// The actors' message protocol: atoms and message types of the scheduler, domain and
-// candidate actors. The one CAF-facing header of the core; include it only from actor TUs.
+// The actors' message protocol: atoms, message types and the typed interfaces of the
+// scheduler, domain and candidate actors, and how long each request may take. The one
+// CAF-facing header of the core; include it only from actor TUs.
 //
-// Messages (-> reply):
-//   scheduler:  (submit_atom, JobRequest, actor candidate)       -> SubmitReply
-//               (finished_atom, key, BuildId, OutcomePtr)
-//               (cancel_atom, BuildId)
-//               (push_atom, registry, BuildId)                     -> ok_atom when granted
-//               (release_atom, registry, BuildId)
-//               (position_atom, BuildId)                           -> int64 (-1: not queued)
-//               (stats_atom)                                       -> SchedulerStats
-//   candidate <- scheduler: (start_atom, BuildId, key), (waited_atom, BuildId, OutcomePtr)
-//   domain:     (tool_atom, ToolCall, actor sink)                  -> ToolResult
-//               (build_atom, BuildRequest, actor sink)             -> ToolResult  (CLI path)
-//               (summary_atom, CandidateSummary)                   from its candidates
-//               (pushed_atom, std::vector<PushedRef>)              a push landed (issue 18)
-//   candidate:  (build_atom, BuildRequest, actor sink)             -> ToolResult
-//               (status_atom)                                      -> ToolResult
-//               (lookup_atom, BuildId or "")                       -> ToolResult
-//                   {build_id, candidate, commit, image, digest, order} of that build
-//                   (or of the latest successful one); is_error when not deployable
-//   domain <- deploy worker: (deploy_prog_atom, deploy_id, line),
-//                            (deploy_done_atom, deploy_id, DeployResult)
-//               (log_atom, BuildId, offset, limit, tail)           -> ToolResult
-//               (cancel_atom, BuildId)                             -> ToolResult
-//   sink (the caller's bridge) <- candidate:
-//               (progress_atom, ToolProgress), (started_atom, BuildId)
+// Interfaces (-> reply), checked by the compiler (caf::typed_actor):
+//   SchedulerActor: (submit_atom, JobRequest, CandidateActor)      -> SubmitReply
+//                   (finished_atom, key, BuildId, OutcomePtr)
+//                   (cancel_atom, BuildId)
+//                   (push_atom, registry, BuildId)                 -> granted_atom when granted
+//                   (release_atom, registry, BuildId)              also leaves the line
+//                   (position_atom, BuildId)                       -> int64 (-1: not queued)
+//                   (stats_atom)                                   -> SchedulerStats
+//   CandidateActor: (build_atom, BuildRequest, actor sink)         -> ToolResult
+//                   (status_atom)                                  -> ToolResult
+//                   (status_atom, BuildId)                         -> ToolResult (tasks/get)
+//                   (lookup_atom, BuildId or "")                   -> ToolResult
+//                       {build_id, candidate, commit, image, digest, order} of that build
+//                       (or of the latest successful one); is_error when not deployable
+//                   (log_atom, BuildId, offset, limit, tail)       -> ToolResult
+//                   (cancel_atom, BuildId)                         -> ToolResult
+//                   from the scheduler: (start_atom, BuildId, key), (waited_atom, BuildId, OutcomePtr)
+//                   from its work phases: WorkDone; from the state writer: (journaled_atom, ticket)
+//                   (shutdown_atom)
+//   DomainActor:    (tool_atom, ToolCall, actor sink)              -> ToolResult
+//                   (build_atom, BuildRequest, actor sink)         -> ToolResult  (CLI path)
+//                   (summary_atom, CandidateSummary)               from its candidates
+//                   (pushed_atom, std::vector<PushedRef>)          a push landed (issue 18)
+//                   from its deploy worker: (deploy_prog_atom, deploy_id, line),
+//                                           (deploy_done_atom, deploy_id, DeployResult)
+//                   (journaled_atom, ticket), (shutdown_atom)
+//   sink (the caller's bridge, an untyped caf::actor) <- candidate and domain:
+//                   (progress_atom, ToolProgress), (started_atom, BuildId)
 #pragma once
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "core/build_types.h"
+#include "actors/candidate_builds.h"
 #include "actors/on_push_policy.h"
 #include "actors/scheduler_core.h"
 #include "common/status.h"
+#include "config/config.h"
 #include "deploy/deployer.h"
 #include "core/tool_backend.h"
 
@@ -87,33 +100,102 @@ struct SchedulerStats {
   std::map<std::string, size_t> queue_depth;  // per domain
 };
 
-/// What the domain actor keeps about each candidate for list_candidates.
-struct CandidateSummary {
-  std::string candidate;
-  nlohmann::json json;  // {"candidate", "state", "latest_build": {...} | null, ...}
-};
+// --- typed interfaces ---------------------------------------------------------------------
 
-/// Results of a worker thread, sent back to the candidate actor.
-struct WorkDone {
-  BuildId id;
-  std::string phase;  // "resolve", "build", "push"
-  Status status;
-  bool compile_failed = false;
-  std::string failure_kind;              // the builder's own classification, "" when none
-  std::string commit, tree, source_id;   // resolve
-  std::string image_id;                  // build
-  std::vector<Diagnostic> diagnostics;   // build
-  std::string digest, ref;               // push
-  int64_t elapsed_ms = 0;
-  std::map<std::string, int64_t> parts;  // build: per-part timings (issue 18)
-};
+using CandidateActor = caf::typed_actor<
+    caf::replies_to<build_atom, BuildRequest, caf::actor>::with<ToolResult>,
+    caf::replies_to<status_atom>::with<ToolResult>,
+    caf::replies_to<status_atom, BuildId>::with<ToolResult>,
+    caf::replies_to<lookup_atom, BuildId>::with<ToolResult>,
+    caf::replies_to<log_atom, BuildId, uint64_t, uint64_t, uint64_t>::with<ToolResult>,
+    caf::replies_to<cancel_atom, BuildId>::with<ToolResult>,
+    caf::reacts_to<start_atom, BuildId, std::string>,
+    caf::reacts_to<waited_atom, BuildId, OutcomePtr>,
+    caf::reacts_to<WorkDone>,
+    caf::reacts_to<journaled_atom, uint64_t>,
+    caf::reacts_to<shutdown_atom>>;
+
+using SchedulerActor = caf::typed_actor<
+    caf::replies_to<submit_atom, JobRequest, CandidateActor>::with<SubmitReply>,
+    caf::reacts_to<finished_atom, std::string, BuildId, OutcomePtr>,
+    caf::reacts_to<cancel_atom, BuildId>,
+    caf::replies_to<push_atom, std::string, BuildId>::with<granted_atom>,
+    caf::reacts_to<release_atom, std::string, BuildId>,
+    caf::replies_to<position_atom, BuildId>::with<int64_t>,
+    caf::replies_to<stats_atom>::with<SchedulerStats>>;
+
+using DomainActor = caf::typed_actor<
+    caf::replies_to<tool_atom, ToolCall, caf::actor>::with<ToolResult>,
+    caf::replies_to<build_atom, BuildRequest, caf::actor>::with<ToolResult>,
+    caf::reacts_to<summary_atom, CandidateSummary>,
+    caf::reacts_to<pushed_atom, std::vector<PushedRef>>,
+    caf::reacts_to<deploy_prog_atom, std::string, std::string>,
+    caf::reacts_to<deploy_done_atom, std::string, DeployResult>,
+    caf::reacts_to<journaled_atom, uint64_t>,
+    caf::reacts_to<shutdown_atom>>;
+
+// --- request timeouts (no request waits forever) ------------------------------------------
+
+/// Requests answered from an actor's memory (scheduler submit/position/stats/push release,
+/// a candidate's status, lookup or log).
+constexpr std::chrono::seconds kQuickReply{30};
+/// The scheduler's queue position inside a status answer (the status answers without it).
+constexpr std::chrono::seconds kPositionReply{5};
+/// What a build may take beyond build.timeout_s: its push (which counts against the same
+/// deadline, issue 19), the journal write of its end, and scheduling slack.
+constexpr std::chrono::seconds kBuildMargin{300};
+/// How long a push lane may be waited for: until the build's deadline plus this margin (a
+/// push started after the deadline fails on it anyway).
+constexpr std::chrono::seconds kLaneMargin{60};
+
+/// The timeout of a request that may wait for a build of a domain configured with `build`
+/// (build_candidate with wait, kiln build): a build may run for its timeout_s, plus the push
+/// and a margin. A call waiting longer gets a clear "did not answer" error.
+inline std::chrono::seconds BuildReplyTimeout(const BuildConfig& build) {
+  return std::chrono::seconds(build.timeout_s) + kBuildMargin;
+}
+
+/// What a deploy may take (it may also wait for the domain's running deploy, which a newer
+/// one cancels): Kubernetes by its rollout timeout, a local sandbox by its start timeout
+/// (seconds), plus this margin.
+constexpr std::chrono::seconds kDeployBudget{300};
+
+/// The timeout of a tool call or CLI build to a domain configured with `dc`: the longest any
+/// of its tools may wait (a build with wait; a deploy with wait), plus margins.
+inline std::chrono::seconds ToolCallTimeout(const DomainConfig& dc) {
+  std::chrono::seconds deploy = kDeployBudget;
+  if (dc.deploy.kubernetes)
+    deploy += std::chrono::seconds(dc.deploy.kubernetes->rollout_timeout_s);
+  return std::max(BuildReplyTimeout(dc.build), deploy + kBuildMargin);
+}
+
+/// Registers the protocol's inspectable message types (readable deep_to_string, and required
+/// for serialization). The rest stay CAF_ALLOW_UNSAFE_MESSAGE_TYPE below, with the reason.
+void AddMessageTypes(caf::actor_system_config& cfg);
+
+// Inspectable message types (CAF 0.17 inspect signature).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobRequest& x) {
+  return f(caf::meta::type_name("kiln::JobRequest"), x.id, x.domain, x.candidate, x.key);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SchedulerStats& x) {
+  return f(caf::meta::type_name("kiln::SchedulerStats"), x.running, x.queued, x.cache_entries,
+           x.cache_hits, x.deduplicated, x.queue_depth);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PushedRef& x) {
+  return f(caf::meta::type_name("kiln::PushedRef"), x.ref, x.commit);
+}
 
 }  // namespace kiln
 
+// Not inspectable in CAF 0.17, so allowed unsafe (local messages only; kiln has no remote
+// actors): std::optional fields (BuildRequest, ToolProgress), nlohmann::json payloads
+// (ToolCall, ToolResult, CandidateSummary), shared_ptr payloads (OutcomePtr, SubmitReply),
+// Status and diagnostics (WorkDone), nested deploy details (DeployResult).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::BuildRequest)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::JobRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::SubmitReply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::SchedulerStats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::OutcomePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::ToolCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::ToolResult)
@@ -121,4 +203,3 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::ToolProgress)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::CandidateSummary)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::WorkDone)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::DeployResult)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::PushedRef>)

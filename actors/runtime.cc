@@ -58,6 +58,7 @@ struct SystemConfig : caf::actor_system_config {
   explicit SystemConfig(size_t threads) {
     set("scheduler.max-threads", threads);
     set("logger.verbosity", caf::atom("quiet"));
+    AddMessageTypes(*this);
   }
 };
 
@@ -73,8 +74,8 @@ struct Runtime::Impl {
   std::shared_ptr<kiln::BusyBranches> busy = std::make_shared<kiln::BusyBranches>();
   std::unique_ptr<SystemConfig> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
-  caf::actor scheduler;
-  std::map<std::string, caf::actor> domains;
+  SchedulerActor scheduler;
+  std::map<std::string, DomainActor> domains;
   std::vector<std::shared_ptr<Deployer>> deployers;  // shut down after the domains
   std::shared_ptr<StateStore> store;                 // null when not persisting
   std::shared_ptr<StateWriter> writer;
@@ -280,7 +281,8 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
     std::lock_guard<std::mutex> l(impl->mu);
     handle = impl->next_handle++;
   }
-  caf::actor domain = dom->second;
+  DomainActor domain = dom->second;
+  const auto timeout = ToolCallTimeout(impl->config->domains.at(call.domain));
   // Exactly one answer per call, whatever happens: `answered` guards every way out (result,
   // request error, an exception while rendering or delivering, the bridge exiting unanswered).
   auto answered = std::make_shared<std::atomic<bool>>(false);
@@ -333,7 +335,7 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
       ToolCall c{call.domain, "cancel_build", {{"build_id", *build_id}}};
       caf::anon_send(domain, tool_atom::value, c, caf::actor{});
     };
-    self->request(domain, caf::infinite, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
+    self->request(domain, timeout, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
         .then([=](ToolResult& r) { finish(std::move(r)); },
               [=](caf::error& e) {
                 spdlog::warn("call {}: the domain did not answer: {}", call.tool,
@@ -393,7 +395,8 @@ ToolResult Runtime::BuildAndWait(const std::string& domain, const BuildRequest& 
   if (dom == impl_->domains.end()) return {ErrorJson("unknown domain '" + domain + "'"), true};
   caf::scoped_actor self{*impl_->sys};
   ToolResult out{ErrorJson("no result"), true};
-  self->request(dom->second, caf::infinite, build_atom::value, req, caf::actor{})
+  self->request(dom->second, ToolCallTimeout(impl_->config->domains.at(domain)), build_atom::value, req,
+                caf::actor{})
       .receive([&](ToolResult& r) { out = std::move(r); },
                [&](caf::error& e) { out = {ErrorJson("internal error: " + caf::to_string(e)), true}; });
   return out;

@@ -1,14 +1,15 @@
 #include "actors/scheduler_actor.h"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <spdlog/spdlog.h>
 
 #include <unordered_map>
 
+#include "actors/actor_glue.h"
 #include "actors/build_metrics.h"
 #include "actors/protocol.h"
 #include "actors/push_lanes.h"
@@ -19,8 +20,8 @@ namespace {
 struct SchedulerState {
   std::unique_ptr<SchedulerCore> core;
   PushLanes lanes;
-  std::unordered_map<BuildId, caf::actor> owners;  // build id -> its candidate actor
-  std::unordered_map<BuildId, caf::response_promise> lane_waiters;
+  std::unordered_map<BuildId, CandidateActor> owners;  // build id -> its candidate actor
+  std::unordered_map<BuildId, caf::typed_response_promise<granted_atom>> lane_waiters;
   std::map<std::string, std::string> build_domain;
   std::shared_ptr<BuildMetrics> metrics;
   std::map<std::string, int> weights;
@@ -30,9 +31,9 @@ struct SchedulerState {
   uint64_t deduplicated = 0;
   static inline const char* name = "kiln.scheduler";
 };
-using Self = caf::stateful_actor<SchedulerState>;
+using Self = SchedulerActor::stateful_pointer<SchedulerState>;
 
-void UpdateGauges(Self* self) {
+void UpdateGauges(Self self) {
   auto& s = self->state;
   if (!s.metrics) return;
   for (const auto& [d, w] : s.weights) {
@@ -44,7 +45,7 @@ void UpdateGauges(Self* self) {
   s.metrics->SetRunning(s.core->running());
 }
 
-void Dispatch(Self* self) {
+void Dispatch(Self self) {
   auto& s = self->state;
   for (const auto& order : s.core->Dispatch()) {
     auto it = s.owners.find(order.owner);
@@ -57,26 +58,11 @@ void Dispatch(Self* self) {
   UpdateGauges(self);
 }
 
-caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::string, int> weights,
+SchedulerActor::behavior_type SchedulerBehavior(Self self, size_t max_parallel, std::map<std::string, int> weights,
                                 std::shared_ptr<BuildMetrics> metrics,
                                 std::vector<std::pair<std::string, OutcomePtr>> known,
                                 std::map<std::string, size_t> slots) {
-  self->attach_functor([](const caf::error& reason) {
-    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
-      spdlog::warn("scheduler actor exited: {}", caf::to_string(reason));
-  });
-  self->set_default_handler(caf::drop);
-  self->set_error_handler([](caf::scheduled_actor*, caf::error& err) {
-    spdlog::warn("scheduler actor: unhandled error {}", caf::to_string(err));
-  });
-  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
-    try {
-      std::rethrow_exception(eptr);
-    } catch (const std::exception& e) {
-      spdlog::error("scheduler actor failed: {}", e.what());
-    }
-    return caf::make_error(caf::sec::runtime_error);
-  });
+  InstallHandlers(self, "scheduler");
   auto& s = self->state;
   s.core = std::make_unique<SchedulerCore>(max_parallel);
   for (const auto& [d, w] : weights) s.core->SetWeight(d, w);
@@ -88,7 +74,7 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
   s.metrics = std::move(metrics);
   UpdateGauges(self);
   return {
-      [=](submit_atom, const JobRequest& req, caf::actor& cand) -> SubmitReply {
+      [=](submit_atom, const JobRequest& req, const CandidateActor& cand) -> SubmitReply {
         auto& s = self->state;
         auto d = s.core->Submit(req);
         SubmitReply rep;
@@ -132,7 +118,7 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
       [=](push_atom, const std::string& registry, const BuildId& id) -> caf::result<granted_atom> {
         auto& s = self->state;
         if (s.lanes.Acquire(registry, id)) return granted_atom::value;
-        auto rp = self->make_response_promise();
+        auto rp = self->make_response_promise<granted_atom>();
         s.lane_waiters[id] = rp;
         return rp;
       },
@@ -168,7 +154,7 @@ caf::behavior SchedulerBehavior(Self* self, size_t max_parallel, std::map<std::s
 
 }  // namespace
 
-caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
+SchedulerActor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
                           std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
                           std::vector<std::pair<std::string, OutcomePtr>> known,
                           std::map<std::string, size_t> slots) {

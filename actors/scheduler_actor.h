@@ -1,5 +1,6 @@
 // The scheduler actor: one per process. Glue around SchedulerCore (slots, fair admission,
-// dedup, cache) and PushLanes (one push at a time per registry). Protocol: actors/protocol.h.
+// dedup, cache) and PushLanes (one push at a time per registry). Interface: SchedulerActor in
+// actors/protocol.h.
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/build_types.h"
+#include "actors/protocol.h"
 
 namespace kiln {
 
@@ -19,7 +21,7 @@ class BuildMetrics;
 /// `weights`: domain -> weight. `metrics` may be null.
 /// `known` seeds the build-key cache (loaded from the KeyStore).
 /// `slots`: domain -> the most builds it may run at once (absent: only `max_parallel`).
-caf::actor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
+SchedulerActor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
                           std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
                           std::vector<std::pair<std::string, OutcomePtr>> known = {},
                           std::map<std::string, size_t> slots = {});

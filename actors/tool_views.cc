@@ -221,6 +221,70 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
   return j;
 }
 
+nlohmann::json CandidateSummaryJson(const std::string& candidate, const BuildSnapshot* latest,
+                                    const BuildSnapshot* latest_success, int64_t success_order) {
+  nlohmann::json j;
+  j["candidate"] = candidate;
+  j["state"] = latest ? PhaseName(latest->status) : "idle";
+  j["latest_build"] = latest ? nlohmann::json{{"build_id", latest->id},
+                                             {"status", StatusWireName(latest->status)},
+                                             {"commit", latest->commit}}
+                             : nlohmann::json(nullptr);
+  if (latest_success) {
+    const BuildSnapshot& r = *latest_success;
+    j["latest_successful_build"] = {{"build_id", r.id},
+                                    {"commit", r.commit},
+                                    {"image", r.outcome ? r.outcome->image_ref : ""},
+                                    {"digest", r.outcome ? r.outcome->digest : ""},
+                                    {"order", success_order}};
+  } else {
+    j["latest_successful_build"] = nullptr;
+  }
+  return j;
+}
+
+nlohmann::json CandidateStatusJson(const std::string& candidate, const BuildSnapshot* latest,
+                                   nlohmann::json latest_view, nlohmann::json success_view,
+                                   int64_t position) {
+  nlohmann::json j;
+  j["candidate"] = candidate;
+  j["state"] = latest ? PhaseName(latest->status) : "idle";
+  j["latest_build"] = std::move(latest_view);
+  j["latest_successful_build"] = std::move(success_view);
+  j["deployed_build"] = nullptr;
+  j["queue_position"] = position >= 0 ? nlohmann::json(position) : nlohmann::json(nullptr);
+  return j;
+}
+
+nlohmann::json DeployableJson(const BuildSnapshot& b, int64_t order) {
+  return {{"build_id", b.id},
+          {"candidate", b.candidate},
+          {"commit", b.commit},
+          {"image", b.outcome ? b.outcome->image_ref : ""},
+          {"digest", b.outcome ? b.outcome->digest : ""},
+          {"order", order}};
+}
+
+nlohmann::json LogChunkJson(const BuildId& id, const LogBuffer::Chunk& c) {
+  return {{"build_id", id},
+          {"text", c.text},
+          {"offset", c.offset},
+          {"next_offset", c.next_offset},
+          {"complete", c.complete},
+          {"dropped_bytes", c.dropped}};
+}
+
+ToolResult ToolError(const std::string& message, const std::string& kind,
+                     const std::string& candidate, const std::string& remote) {
+  nlohmann::json j = ErrorJson(message);
+  const std::string k = !kind.empty()                            ? kind
+                        : message.rfind("internal error", 0) == 0 ? "infrastructure"
+                                                                  : "invalid_argument";
+  j["error_kind"] = k;
+  j["next_step"] = NextStepFor(k, candidate, remote);
+  return {j, true};
+}
+
 nlohmann::json ErrorJson(const std::string& message) { return {{"error", ToValidUtf8(message)}}; }
 
 }  // namespace kiln

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/build_types.h"
+#include "builder/log_buffer.h"
 #include "common/status.h"
+#include "core/tool_backend.h"
 
 namespace kiln {
 
@@ -63,6 +65,29 @@ bool IsValidBuildId(const std::string& id);
 /// The build_candidate / candidate_status view of a build. Every string in it is valid UTF-8
 /// (ill-formed bytes from the build are replaced by U+FFFD), so it always serialises.
 nlohmann::json BuildJson(const BuildSnapshot& b);
+/// The summary a candidate sends its domain after every transition (list_candidates):
+/// {candidate, state, latest_build: {build_id, status, commit} | null,
+///  latest_successful_build: {build_id, commit, image, digest, order} | null}.
+nlohmann::json CandidateSummaryJson(const std::string& candidate, const BuildSnapshot* latest,
+                                    const BuildSnapshot* latest_success, int64_t success_order);
+/// candidate_status: {candidate, state, latest_build, latest_successful_build (both as
+/// build_candidate renders them, or null), deployed_build: null, queue_position (null if < 0)}.
+nlohmann::json CandidateStatusJson(const std::string& candidate, const BuildSnapshot* latest,
+                                   nlohmann::json latest_view, nlohmann::json success_view,
+                                   int64_t position);
+/// A deployable build, for the domain's deploy: {build_id, candidate, commit, image, digest,
+/// order}. `b` must have succeeded with an outcome.
+nlohmann::json DeployableJson(const BuildSnapshot& b, int64_t order);
+/// build_log: {build_id, text, offset, next_offset, complete, dropped_bytes}.
+nlohmann::json LogChunkJson(const BuildId& id, const LogBuffer::Chunk& c);
+
+/// A tool-level error result in the failure vocabulary (actors/build_failure.h): {error,
+/// error_kind, next_step}. The kind defaults to the agent's arguments ("invalid_argument"),
+/// or kiln's side ("infrastructure") for a message starting "internal error". `remote`
+/// (issue 16): the domain's git remote, for a next step that names it.
+ToolResult ToolError(const std::string& message, const std::string& kind = "",
+                     const std::string& candidate = "", const std::string& remote = "");
+
 /// A tool-level error result body: {"error": message}, message made valid UTF-8.
 nlohmann::json ErrorJson(const std::string& message);
 

@@ -191,5 +191,49 @@ TEST(ToolViews, ErrorJsonIsValidUtf8) {
 }
 // --- end every byte safe ---
 
+TEST(ToolViews, SummaryNamesTheLatestAndTheLatestSuccessWithItsOrder) {
+  json idle = CandidateSummaryJson("c1", nullptr, nullptr, 0);
+  EXPECT_EQ(idle["state"], "idle");
+  EXPECT_TRUE(idle["latest_build"].is_null());
+  EXPECT_TRUE(idle["latest_successful_build"].is_null());
+  BuildSnapshot latest;
+  latest.id = "b-0000000000000002";
+  latest.status = BuildStatus::kRunning;
+  BuildSnapshot ok;
+  ok.id = "b-0000000000000001";
+  auto o = std::make_shared<BuildOutcome>();
+  o->digest = "sha256:ab";
+  o->image_ref = "reg/c1@sha256:ab";
+  ok.outcome = o;
+  json j = CandidateSummaryJson("c1", &latest, &ok, 77);
+  EXPECT_EQ(j["state"], "building");  // PhaseName of kRunning
+  EXPECT_EQ(j["latest_build"]["build_id"], latest.id);
+  EXPECT_EQ(j["latest_successful_build"]["order"], 77);
+  EXPECT_EQ(j["latest_successful_build"]["digest"], "sha256:ab");
+}
+
+TEST(ToolViews, ToolErrorKindsDefaultByWhoseSideItIs) {
+  EXPECT_EQ(ToolError("bad argument").structured["error_kind"], "invalid_argument");
+  EXPECT_EQ(ToolError("internal error: x").structured["error_kind"], "infrastructure");
+  EXPECT_EQ(ToolError("x", "not_pushed", "c1").structured["error_kind"], "not_pushed");
+  EXPECT_TRUE(ToolError("x").is_error);
+}
+
+TEST(ToolViews, LogChunkAndStatusViews) {
+  LogBuffer::Chunk c;
+  c.text = "hello";
+  c.offset = 3;
+  c.next_offset = 8;
+  c.dropped = 3;
+  json j = LogChunkJson("b-0000000000000001", c);
+  EXPECT_EQ(j["next_offset"], 8);
+  EXPECT_EQ(j["dropped_bytes"], 3);
+  EXPECT_EQ(j["complete"], false);
+  json st = CandidateStatusJson("c1", nullptr, nullptr, nullptr, -1);
+  EXPECT_TRUE(st["queue_position"].is_null());
+  EXPECT_TRUE(st["deployed_build"].is_null());
+  EXPECT_EQ(CandidateStatusJson("c1", nullptr, nullptr, nullptr, 4)["queue_position"], 4);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,0 +1,544 @@
+// CandidateBuilds: every path of a candidate's build state machine, without an actor system,
+// threads or sleeps (the clock and the build ids are injected).
+#include "actors/candidate_builds.h"
+
+#include <gtest/gtest.h>
+
+#include "core/cancel_token.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Kind = SchedulerCore::SubmitKind;
+
+template <class T>
+std::vector<T> All(const Effects& fx) {
+  std::vector<T> out;
+  for (const auto& e : fx)
+    if (auto* p = std::get_if<T>(&e)) out.push_back(*p);
+  return out;
+}
+template <class T>
+bool Has(const Effects& fx) {
+  return !All<T>(fx).empty();
+}
+// The one answer for `waiter` in `fx` (fails the test when there is none).
+ToolResult AnswerFor(const Effects& fx, WaiterId waiter) {
+  for (const auto& a : All<AnswerEffect>(fx))
+    for (WaiterId w : a.waiters)
+      if (w == waiter) return a.result;
+  ADD_FAILURE() << "no answer for waiter " << waiter;
+  return {};
+}
+bool Answered(const Effects& fx, WaiterId waiter) {
+  for (const auto& a : All<AnswerEffect>(fx))
+    for (WaiterId w : a.waiters)
+      if (w == waiter) return true;
+  return false;
+}
+
+WorkDone Done(const BuildId& id, const std::string& phase, Status st = Status::Ok()) {
+  WorkDone d;
+  d.id = id;
+  d.phase = phase;
+  d.status = st;
+  if (phase == "resolve") {
+    d.commit = std::string(40, 'c');
+    d.tree = std::string(40, 't');
+    d.source_id = "git-tree:" + d.tree;
+  }
+  if (phase == "build") d.image_id = "img-1";
+  if (phase == "push") {
+    d.digest = "sha256:" + std::string(64, 'd');
+    d.ref = "reg/app@" + d.digest;
+  }
+  return d;
+}
+
+BuildRequest Req(bool wait = true) {
+  BuildRequest r;
+  r.candidate = "alice";
+  r.wait = wait;
+  return r;
+}
+
+class CandidateBuildsTest : public ::testing::Test {
+ protected:
+  CandidateBuilds Make(bool journaled = false, size_t history = 50) {
+    CandidateBuilds::Options o;
+    o.domain = "dom";
+    o.candidate = "alice";
+    o.remote = "https://kiln.example/git/dom";
+    o.history = history;
+    o.timeout_s = 100;
+    o.journaled = journaled;
+    o.track_branches = true;
+    o.save_keys = true;
+    o.build_key = [](const std::string& src) { return "key:" + src; };
+    o.now = [this] { return now_; };
+    o.wall_ns = [this] { return ++wall_; };
+    o.new_id = [this] {
+      char buf[19];
+      std::snprintf(buf, sizeof buf, "b-%016llx", static_cast<unsigned long long>(++ids_));
+      return std::string(buf);
+    };
+    return CandidateBuilds(o);
+  }
+  static BuildId Id(int n) {
+    char buf[19];
+    std::snprintf(buf, sizeof buf, "b-%016llx", static_cast<unsigned long long>(n));
+    return buf;
+  }
+  // Runs build `id` (already requested) from resolve to the push's result.
+  Effects RunToPushed(CandidateBuilds& c, const BuildId& id, Status push = Status::Ok()) {
+    c.WorkFinished(Done(id, "resolve"));
+    c.Submitted(id, Kind::kQueued, nullptr, "", 0);
+    c.Start(id, "key:git-tree:" + std::string(40, 't'));
+    c.WorkFinished(Done(id, "build"));
+    c.LaneGranted(id);
+    return c.WorkFinished(Done(id, "push", push));
+  }
+  Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
+  int64_t wall_ = 1000;
+  uint64_t ids_ = 0;
+};
+
+TEST_F(CandidateBuildsTest, RequestStartsResolvingAndTellsTheSink) {
+  auto c = Make();
+  Effects fx = c.Request(Req(), 1, 7, 0);
+  auto started = All<StartedEffect>(fx);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].sink, 7u);
+  EXPECT_EQ(started[0].id, Id(1));
+  auto resolve = All<ResolveEffect>(fx);
+  ASSERT_EQ(resolve.size(), 1u);
+  EXPECT_EQ(resolve[0].id, Id(1));
+  auto busy = All<BusyAddEffect>(fx);
+  ASSERT_EQ(busy.size(), 1u);
+  EXPECT_EQ(busy[0].branch, "alice");
+  EXPECT_EQ(All<ProgressEffect>(fx).at(0).progress.message, "resolving source");
+  auto sum = All<SummaryEffect>(fx).back().summary;
+  EXPECT_EQ(sum.json["state"], "resolving");
+  EXPECT_EQ(sum.latest_build, Id(1));
+  EXPECT_FALSE(Answered(fx, 1));  // wait: answered when final
+  EXPECT_EQ(c.active(), Id(1));
+}
+
+TEST_F(CandidateBuildsTest, NoWaitAnswersAtOnceAfterTheJournaledStart) {
+  auto c = Make(/*journaled=*/true);
+  Effects fx = c.Request(Req(false), 1, 0, 0);
+  auto answers = All<AnswerEffect>(fx);
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_TRUE(answers[0].write);
+  EXPECT_EQ(answers[0].write->kind, JournalWrite::Kind::kStart);
+  EXPECT_EQ(answers[0].write->start.id, Id(1));
+  EXPECT_EQ(answers[0].result.structured["build_id"], Id(1));
+  EXPECT_EQ(answers[0].result.structured["joined"], false);
+  EXPECT_FALSE(answers[0].result.is_error);
+}
+
+TEST_F(CandidateBuildsTest, WaitJournalsTheStartWithoutAnswering) {
+  auto c = Make(true);
+  Effects fx = c.Request(Req(), 1, 0, 0);
+  auto answers = All<AnswerEffect>(fx);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_TRUE(answers[0].waiters.empty());
+  EXPECT_EQ(answers[0].write->kind, JournalWrite::Kind::kStart);
+}
+
+TEST_F(CandidateBuildsTest, WithoutAJournalNoWritesAreEmitted) {
+  auto c = Make(false);
+  c.Request(Req(), 1, 0, 0);
+  Effects fx = RunToPushed(c, Id(1));
+  for (const auto& a : All<AnswerEffect>(fx)) EXPECT_FALSE(a.write);
+}
+
+TEST_F(CandidateBuildsTest, HappyPathGoesThroughEveryPhase) {
+  auto c = Make(true);
+  c.Request(Req(), 1, 9, 0);
+  now_ += std::chrono::milliseconds(10);
+  Effects fx = c.WorkFinished(Done(Id(1), "resolve"));
+  auto submit = All<SubmitEffect>(fx);
+  ASSERT_EQ(submit.size(), 1u);
+  EXPECT_EQ(submit[0].job.key, "key:git-tree:" + std::string(40, 't'));
+  EXPECT_EQ(submit[0].job.domain, "dom");
+  fx = c.Submitted(Id(1), Kind::kQueued, nullptr, "", 3);
+  EXPECT_EQ(All<ProgressEffect>(fx).at(0).progress.message, "queued (position 3)");
+  now_ += std::chrono::milliseconds(250);
+  fx = c.Start(Id(1), submit[0].job.key);
+  auto build = All<BuildPhaseEffect>(fx);
+  ASSERT_EQ(build.size(), 1u);
+  EXPECT_EQ(build[0].commit, std::string(40, 'c'));
+  EXPECT_EQ(build[0].deadline, now_ + std::chrono::seconds(100));
+  EXPECT_TRUE(Has<LeaseEffect>(fx));
+  EXPECT_TRUE(c.worker_busy());
+  fx = c.WorkFinished(Done(Id(1), "build"));
+  auto lane = All<LaneEffect>(fx);
+  ASSERT_EQ(lane.size(), 1u);
+  EXPECT_EQ(lane[0].deadline, build[0].deadline);
+  EXPECT_EQ(All<SummaryEffect>(fx).back().summary.json["state"], "pushing");
+  fx = c.LaneGranted(Id(1));
+  auto push = All<PushPhaseEffect>(fx);
+  ASSERT_EQ(push.size(), 1u);
+  EXPECT_EQ(push[0].image_id, "img-1");
+  now_ += std::chrono::milliseconds(40);
+  fx = c.WorkFinished(Done(Id(1), "push"));
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));
+  auto finished = All<FinishedEffect>(fx);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].outcome->status, BuildStatus::kSucceeded);
+  EXPECT_EQ(finished[0].outcome->digest, "sha256:" + std::string(64, 'd'));
+  EXPECT_EQ(All<SaveKeyEffect>(fx).size(), 1u);
+  auto ended = All<BuildEndedEffect>(fx);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].status, BuildStatus::kSucceeded);
+  EXPECT_TRUE(Has<DropSinksEffect>(fx));
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_FALSE(r.is_error);
+  EXPECT_EQ(r.structured["status"], "succeeded");
+  EXPECT_EQ(r.structured["timings"]["waited_ms"], 300);
+  auto answers = All<AnswerEffect>(fx);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].write->kind, JournalWrite::Kind::kFinish);
+  EXPECT_EQ(answers[0].write->finish.status, BuildStatus::kSucceeded);
+  EXPECT_EQ(answers[0].write->finish.digest, "sha256:" + std::string(64, 'd'));
+  EXPECT_FALSE(c.active());
+  auto sum = All<SummaryEffect>(fx).back().summary;
+  EXPECT_EQ(sum.latest_success, Id(1));
+  EXPECT_GT(sum.latest_success_order, 0);
+  ToolResult look = c.Lookup("");
+  EXPECT_FALSE(look.is_error);
+  EXPECT_EQ(look.structured["build_id"], Id(1));
+  EXPECT_EQ(look.structured["order"], sum.latest_success_order);
+}
+
+TEST_F(CandidateBuildsTest, ResolveFailureFailsTheBuild) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  Effects fx = c.WorkFinished(Done(Id(1), "resolve", Status::NotFound("ref 'nope' not found")));
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_TRUE(r.is_error);
+  EXPECT_EQ(r.structured["status"], "failed");
+  EXPECT_FALSE(Has<SubmitEffect>(fx));
+  EXPECT_FALSE(Has<FinishedEffect>(fx));  // it never held a slot
+}
+
+TEST_F(CandidateBuildsTest, CacheHitSucceedsWithTheCachedOutcome) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  auto cached = std::make_shared<BuildOutcome>();
+  cached->status = BuildStatus::kSucceeded;
+  cached->digest = "sha256:" + std::string(64, 'e');
+  cached->image_ref = "reg/app@" + cached->digest;
+  cached->built_by = "b-0000000000000abc";
+  Effects fx = c.Submitted(Id(1), Kind::kCacheHit, cached, "", -1);
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_EQ(r.structured["status"], "succeeded");
+  EXPECT_EQ(r.structured["cache_hit"], true);
+  EXPECT_FALSE(Has<FinishedEffect>(fx));
+  EXPECT_EQ(c.Lookup("").structured["digest"], cached->digest);
+}
+
+TEST_F(CandidateBuildsTest, JoinedIdenticalBuildEndsWithTheOwnersOutcome) {
+  auto c = Make();
+  c.Request(Req(), 1, 5, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  Effects fx = c.Submitted(Id(1), Kind::kJoined, nullptr, "b-00000000000000ff", -1);
+  EXPECT_EQ(All<ProgressEffect>(fx).at(0).progress.message, "waiting for identical build b-00000000000000ff");
+  auto o = std::make_shared<BuildOutcome>();
+  o->status = BuildStatus::kFailed;
+  o->error = "compile error";
+  o->commit = "abc";
+  fx = c.Waited(Id(1), o);
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_TRUE(r.is_error);
+  EXPECT_EQ(r.structured["deduplicated"], true);
+}
+
+TEST_F(CandidateBuildsTest, SubmitFailureIsKilnsSide) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  Effects fx = c.SubmitFailed(Id(1), "internal error: kiln's scheduler did not answer");
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_EQ(r.structured["status"], "failed");
+  EXPECT_EQ(r.structured["error_kind"], "infrastructure");
+}
+
+TEST_F(CandidateBuildsTest, BuildFailureReportsTheSlotAndDescribesTheFailure) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k");
+  WorkDone d = Done(Id(1), "build", Status::FailedPrecondition("go build failed"));
+  d.compile_failed = true;
+  d.diagnostics.push_back(Diagnostic{});
+  Effects fx = c.WorkFinished(d);
+  auto finished = All<FinishedEffect>(fx);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].outcome->status, BuildStatus::kFailed);
+  EXPECT_FALSE(finished[0].outcome->error.empty());
+  EXPECT_FALSE(Has<LaneEffect>(fx));
+  EXPECT_FALSE(Has<SaveKeyEffect>(fx));
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_TRUE(r.is_error);
+  EXPECT_EQ(r.structured["status"], "failed");
+  EXPECT_FALSE(c.worker_busy());
+}
+
+TEST_F(CandidateBuildsTest, CancelledBuilderStatusEndsCancelled) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k");
+  Effects fx = c.WorkFinished(Done(Id(1), "build", Status::Cancelled("build cancelled")));
+  EXPECT_EQ(AnswerFor(fx, 1).structured["status"], "cancelled");
+}
+
+TEST_F(CandidateBuildsTest, PushFailureFailsWithoutSavingTheKey) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  Effects fx = RunToPushed(c, Id(1), Status::Unavailable("registry down"));
+  EXPECT_FALSE(Has<SaveKeyEffect>(fx));
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));
+  EXPECT_EQ(All<FinishedEffect>(fx).at(0).outcome->status, BuildStatus::kFailed);
+  EXPECT_EQ(AnswerFor(fx, 1).structured["status"], "failed");
+  EXPECT_TRUE(c.Lookup("").is_error);  // nothing deployable
+}
+
+TEST_F(CandidateBuildsTest, LaneNotGrantedBeforeTheDeadlineFailsThePush) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k");
+  c.WorkFinished(Done(Id(1), "build"));
+  Effects fx = c.LaneFailed(Id(1), "the push did not get its turn");
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));  // leaves the line
+  EXPECT_EQ(All<FinishedEffect>(fx).size(), 1u);
+  EXPECT_EQ(AnswerFor(fx, 1).structured["status"], "failed");
+}
+
+TEST_F(CandidateBuildsTest, NewerRequestSupersedesTheActiveBuild) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  BuildRequest other = Req();
+  other.ref = "refs/heads/feature";  // not identical: supersedes
+  Effects fx = c.Request(other, 2, 0, 0);
+  auto cancel = All<CancelQueuedEffect>(fx);
+  ASSERT_EQ(cancel.size(), 1u);
+  EXPECT_EQ(cancel[0].id, Id(1));
+  ToolResult old = AnswerFor(fx, 1);
+  EXPECT_EQ(old.structured["status"], "cancelled");
+  EXPECT_EQ(old.structured["error_kind"], "superseded");
+  EXPECT_EQ(c.active(), Id(2));
+  // The superseded build's late resolve changes nothing.
+  fx = c.WorkFinished(Done(Id(1), "resolve"));
+  EXPECT_FALSE(Has<SubmitEffect>(fx));
+}
+
+TEST_F(CandidateBuildsTest, IdenticalRequestJoinsTheActiveBuild) {
+  auto c = Make();
+  c.Request(Req(), 1, 5, 3);
+  Effects fx = c.Request(Req(), 2, 6, 3);
+  EXPECT_FALSE(Has<CancelQueuedEffect>(fx));
+  EXPECT_FALSE(Has<ResolveEffect>(fx));
+  EXPECT_EQ(All<StartedEffect>(fx).at(0).id, Id(1));
+  fx = RunToPushed(c, Id(1));
+  EXPECT_EQ(AnswerFor(fx, 1).structured["joined"], false);
+  EXPECT_EQ(AnswerFor(fx, 2).structured["joined"], true);
+  EXPECT_EQ(AnswerFor(fx, 2).structured["build_id"], Id(1));
+  // Both sinks got the progress of the shared build.
+  auto drop = All<DropSinksEffect>(fx).at(0).sinks;
+  EXPECT_EQ(drop, (std::vector<SinkId>{5, 6}));
+}
+
+TEST_F(CandidateBuildsTest, AnIdenticalRequestAfterAPushSupersedes) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 3);
+  Effects fx = c.Request(Req(), 2, 0, 4);  // a push landed since: a newer commit
+  EXPECT_TRUE(Has<CancelQueuedEffect>(fx));
+  EXPECT_EQ(c.active(), Id(2));
+}
+
+TEST_F(CandidateBuildsTest, BuildCandidateJoinsTheBuildStartedOnPush) {
+  auto c = Make();
+  BuildRequest push = Req(false);
+  push.on_push = true;
+  push.commit = std::string(40, 'c');
+  c.Request(push, 1, 0, 1);
+  Effects fx = c.Request(Req(), 2, 4, 1);
+  EXPECT_FALSE(Has<ResolveEffect>(fx));
+  EXPECT_EQ(All<StartedEffect>(fx).at(0).id, Id(1));
+  fx = RunToPushed(c, Id(1));
+  ToolResult r = AnswerFor(fx, 2);
+  EXPECT_EQ(r.structured["joined"], true);
+  EXPECT_EQ(r.structured["started_on_push"], true);
+  // The finished push build is joined by the first call only; the next is a new request.
+  Effects again = c.Request(Req(), 3, 0, 1);
+  EXPECT_TRUE(Has<ResolveEffect>(again));
+}
+
+TEST_F(CandidateBuildsTest, AFinishedPushBuildAnswersItsFirstCallerAtOnce) {
+  auto c = Make(true);
+  BuildRequest push = Req(false);
+  push.on_push = true;
+  push.commit = std::string(40, 'c');
+  c.Request(push, 1, 0, 1);
+  RunToPushed(c, Id(1));
+  Effects fx = c.Request(Req(), 2, 0, 1);
+  auto answers = All<AnswerEffect>(fx);
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_TRUE(answers[0].write);  // after the journal's records of that build
+  EXPECT_EQ(answers[0].write->kind, JournalWrite::Kind::kBarrier);
+  EXPECT_EQ(answers[0].result.structured["status"], "succeeded");
+  EXPECT_EQ(answers[0].result.structured["joined"], true);
+}
+
+TEST_F(CandidateBuildsTest, CancelBuildWhileQueuedGivesTheSlotBackWhenStarted) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Submitted(Id(1), Kind::kQueued, nullptr, "", 0);
+  Effects fx;
+  ToolResult r = c.CancelBuild(Id(1), &fx);
+  EXPECT_EQ(r.structured["status"], "cancelled");
+  EXPECT_FALSE(r.structured.contains("note"));
+  EXPECT_TRUE(Has<CancelQueuedEffect>(fx));
+  EXPECT_EQ(AnswerFor(fx, 1).structured["error_kind"], "cancelled");
+  // The scheduler had already granted the slot: it goes straight back.
+  fx = c.Start(Id(1), "k");
+  EXPECT_FALSE(Has<BuildPhaseEffect>(fx));
+  ASSERT_EQ(All<FinishedEffect>(fx).size(), 1u);
+  EXPECT_EQ(All<FinishedEffect>(fx)[0].outcome->status, BuildStatus::kCancelled);
+  // Cancelling again notes it had finished.
+  Effects none;
+  EXPECT_EQ(c.CancelBuild(Id(1), &none).structured["note"], "build had already finished");
+  EXPECT_TRUE(c.CancelBuild("b-0000000000000999", &none).is_error);
+}
+
+TEST_F(CandidateBuildsTest, CancelWhileBuildingFreesTheSlotWhenTheBuilderReturns) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  Effects fx = c.Start(Id(1), "k");
+  auto token = All<BuildPhaseEffect>(fx).at(0).cancel;
+  Effects cancel;
+  c.CancelBuild(Id(1), &cancel);
+  EXPECT_TRUE(token->cancelled());  // the running builder sees it
+  EXPECT_FALSE(Has<FinishedEffect>(cancel));  // the slot is still in use
+  fx = c.WorkFinished(Done(Id(1), "build"));
+  ASSERT_EQ(All<FinishedEffect>(fx).size(), 1u);
+  EXPECT_EQ(All<FinishedEffect>(fx)[0].outcome->status, BuildStatus::kCancelled);
+  EXPECT_FALSE(Has<LaneEffect>(fx));
+}
+
+TEST_F(CandidateBuildsTest, LaneGrantedAfterCancelIsReleased) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k");
+  c.WorkFinished(Done(Id(1), "build"));
+  Effects none;
+  c.CancelBuild(Id(1), &none);
+  Effects fx = c.LaneGranted(Id(1));
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));
+  EXPECT_EQ(All<FinishedEffect>(fx).size(), 1u);
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx));
+}
+
+TEST_F(CandidateBuildsTest, OneWorkerAtATimeSecondStartWaits) {
+  auto c = Make();
+  c.Request(Req(false), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k1");
+  // A push-started build of the same candidate supersedes it while it builds; its start must
+  // wait until the builder has returned (one workspace).
+  BuildRequest push = Req(false);
+  push.on_push = true;
+  push.commit = std::string(40, 'c');
+  c.Request(push, 2, 0, 1);
+  c.WorkFinished(Done(Id(2), "resolve"));
+  Effects fx = c.Start(Id(2), "k2");
+  EXPECT_FALSE(Has<BuildPhaseEffect>(fx));
+  fx = c.WorkFinished(Done(Id(1), "build"));  // the superseded build's builder returns
+  EXPECT_EQ(All<FinishedEffect>(fx).at(0).id, Id(1));
+  auto build = All<BuildPhaseEffect>(fx);
+  ASSERT_EQ(build.size(), 1u);
+  EXPECT_EQ(build[0].id, Id(2));
+}
+
+TEST_F(CandidateBuildsTest, ShutdownCancelsWhatIsInProgress) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  Effects fx = c.Shutdown();
+  ToolResult r = AnswerFor(fx, 1);
+  EXPECT_EQ(r.structured["status"], "cancelled");
+  EXPECT_NE(r.structured["error"].get<std::string>().find("shutting down"), std::string::npos);
+  EXPECT_TRUE(c.Shutdown().empty());
+}
+
+TEST_F(CandidateBuildsTest, HistoryIsBoundedAndKeepsTheLatestSuccess) {
+  auto c = Make(false, /*history=*/3);
+  c.Request(Req(), 1, 0, 0);
+  RunToPushed(c, Id(1));  // the success
+  for (int i = 2; i <= 6; ++i) {
+    c.Request(Req(), i, 0, 0);
+    c.WorkFinished(Done(Id(i), "resolve", Status::NotFound("no such ref")));
+  }
+  // The success is the oldest and is kept, so the trim stops there.
+  EXPECT_FALSE(c.Lookup(Id(1)).is_error);
+  // Another success lets the old one go, and the history shrinks to its bound.
+  c.Request(Req(), 7, 0, 0);
+  RunToPushed(c, Id(7));
+  c.Request(Req(), 8, 0, 0);
+  c.WorkFinished(Done(Id(8), "resolve", Status::NotFound("no such ref")));
+  EXPECT_EQ(c.records(), 3u);
+  EXPECT_TRUE(c.Lookup(Id(1)).is_error);
+  EXPECT_FALSE(c.Lookup("").is_error);
+  EXPECT_EQ(c.Lookup("").structured["build_id"], Id(7));
+}
+
+TEST_F(CandidateBuildsTest, RestoreBringsBackFinalRecordsAndTheLatestSuccess) {
+  auto c = Make();
+  BuildRecord ok;
+  ok.id = Id(41);
+  ok.status = BuildStatus::kSucceeded;
+  ok.digest = "sha256:" + std::string(64, 'a');
+  ok.image_ref = "reg/app@" + ok.digest;
+  ok.started_at_ms = 5;
+  BuildRecord bad;
+  bad.id = Id(42);
+  bad.status = BuildStatus::kFailed;
+  bad.error = "compile error";
+  Effects fx = c.Restore({bad, ok});  // newest first
+  auto sum = All<SummaryEffect>(fx).at(0).summary;
+  EXPECT_EQ(sum.latest_build, Id(42));
+  EXPECT_EQ(sum.latest_success, Id(41));
+  EXPECT_EQ(sum.latest_success_order, 5000000);
+  EXPECT_EQ(c.Lookup("").structured["digest"], ok.digest);
+  ToolResult log = c.Log(Id(42), 0, 4096, 0);
+  EXPECT_NE(log.structured["text"].get<std::string>().find("kiln: compile error"), std::string::npos);
+  EXPECT_NE(log.structured["text"].get<std::string>().find("not kept across a restart"), std::string::npos);
+  EXPECT_TRUE(c.Restore({}).empty());
+}
+
+TEST_F(CandidateBuildsTest, ViewsOfUnknownAndUnfinishedBuilds) {
+  auto c = Make();
+  EXPECT_EQ(c.StatusJson(-1)["state"], "idle");
+  EXPECT_TRUE(c.Lookup("").is_error);
+  EXPECT_TRUE(c.Log(Id(1), 0, 10, 0).is_error);
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  bool queued = false;
+  auto r = c.Result(Id(1), &queued);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(queued);
+  EXPECT_FALSE(c.Result(Id(9), &queued));
+  EXPECT_EQ(c.StatusJson(2)["queue_position"], 2);
+  EXPECT_EQ(c.Lookup(Id(1)).structured["error"], "build '" + Id(1) + "' is queued; only a succeeded build can be deployed");
+}
+
+}  // namespace
+}  // namespace kiln

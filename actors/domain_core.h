@@ -1,0 +1,167 @@
+// DomainCore: the pure decisions of one domain actor.
+//   - the tool routing table (data: tool name -> route), so an unknown name is one lookup;
+//   - which candidate owns a build id (bounded: the oldest are forgotten beyond what the
+//     candidates keep anyway), for build_log / cancel_build / build_result;
+//   - the candidates' summaries (list_candidates) and the success order as data (each
+//     candidate's latest successful build and its request order, from the typed summary);
+//   - the apply choice: which candidate's latest successful build `apply` deploys;
+//   - the deploys: admitting a request (DeployOrder), joining, superseding, finishing, the
+//     bounded history of finished deploys and the domain's deployed build.
+// Deploy entry points return effects (value types) for the actor to carry out: start a deploy
+// on a worker, answer waiters after the deploy's journal record, send progress. Waiters and
+// sinks are opaque ids the actor maps to its promises and actors.
+//
+// No CAF, no I/O; the clock and the deploy-id source are injected. Logs through spdlog.
+// Thread-safety: none; owned by one domain actor.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/candidate_builds.h"
+#include "actors/deploy_order.h"
+#include "deploy/deployer.h"
+#include "state/state_store.h"
+#include "core/tool_backend.h"
+
+namespace kiln {
+
+class CancelToken;
+
+/// Every tool a domain answers.
+enum class DomainTool {
+  kBuildCandidate,
+  kCandidateStatus,
+  kDeployCandidate,
+  kApply,         // operator API only (/v1); not an MCP tool
+  kDomainStatus,  // operator API only (/v1)
+  kBuildLog,
+  kBuildResult,   // issue 17: MCP tasks/get (not an MCP tool)
+  kCancelBuild,
+  kListCandidates,
+};
+
+// --- deploy effects ---
+struct DeployAnswerEffect {  // journal `record` (when set), then answer `waiters`
+  std::optional<DeployRecord> record;
+  ToolResult result;
+  std::vector<WaiterId> waiters;
+  std::vector<SinkId> done_sinks;  // sinks that get nothing more
+};
+struct DeployStartEffect {  // run the deploy on a worker: answer with DeployDone
+  DeployRequest req;
+  std::shared_ptr<CancelToken> cancel;
+};
+struct DeployProgressEffect {
+  std::vector<SinkId> sinks;
+  ToolProgress progress;
+};
+using DomainEffect = std::variant<DeployAnswerEffect, DeployStartEffect, DeployProgressEffect>;
+using DomainEffects = std::vector<DomainEffect>;
+
+class DomainCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Options {
+    std::string domain;
+    std::string deploy_type = "none";
+    std::string remote;  // the domain's git remote (next steps of not_pushed)
+    size_t history_per_candidate = 50;
+    size_t max_candidates = 256;
+    size_t finished_deploys = 32;  // finished deploys kept for joins and status
+    std::function<Clock::time_point()> now = [] { return Clock::now(); };
+    std::function<std::string()> new_deploy_id;  // default: "d-" + 16 random hex
+  };
+  explicit DomainCore(Options opts);
+
+  /// The routing table: the route of a tool name; nullopt for an unknown one.
+  static std::optional<DomainTool> Route(const std::string& tool);
+
+  // --- candidates and builds ---
+  /// Whether one more candidate may be added (the domain's max_candidates).
+  bool MayAdd() const { return candidates_.size() < opts_.max_candidates; }
+  void AddCandidate(const std::string& name) { candidates_.insert(name); }
+  /// "'a', 'b' and 2 more" of the known candidates (bounded), "none yet" when empty.
+  std::string KnownCandidates() const;
+  std::optional<std::string> OwnerOf(const BuildId& id) const;
+  /// The answer when no candidate may be added (max_candidates).
+  ToolResult TooManyCandidates() const;
+  /// candidate_status of a candidate without builds: says so, and how to start.
+  ToolResult UnknownCandidateStatus(const std::string& candidate) const;
+  /// deploy_candidate checks before the lookup: another candidate's build names its owner
+  /// (issue 16); an unknown candidate lists the known ones. nullopt: go on.
+  std::optional<ToolResult> DeployRefusal(const std::string& candidate,
+                                          const std::optional<BuildId>& build_id,
+                                          bool known) const;
+  /// The candidate's lookup refused the build: its answer, in the failure vocabulary.
+  static ToolResult NotDeployable(ToolResult lookup);
+  /// A candidate's summary after a transition: list_candidates, build owners, success order.
+  void OnSummary(CandidateSummary sum);
+  nlohmann::json CandidateList() const;
+
+  /// apply: the candidate whose latest successful build apply deploys (`asked`, or the one
+  /// whose success was requested last); nullopt with the "nothing_built" answer otherwise.
+  std::optional<std::string> ChooseApply(const std::optional<std::string>& asked,
+                                         ToolResult* nothing_built) const;
+
+  // --- deploys ---
+  /// Call when a deploy request arrives (before the candidate's lookup).
+  uint64_t Arrive() { return order_.Arrive(); }
+  /// The build to deploy is known (`info`: the candidate's lookup): order it, join or run it.
+  DomainEffects AdmitDeploy(uint64_t arrival, const nlohmann::json& info, bool wait,
+                            WaiterId waiter, SinkId sink);
+  DomainEffects DeployProgress(const std::string& deploy_id, const std::string& line);
+  DomainEffects DeployDone(const std::string& deploy_id, DeployResult res);
+  /// kiln stops: running deploys are cancelled, new ones refused.
+  void Shutdown();
+  bool stopping() const { return stopping_; }
+  /// After a restart: the domain's deployed build.
+  void SetDeployed(nlohmann::json deployed) { deployed_ = std::move(deployed); }
+  const nlohmann::json& deployed() const { return deployed_; }
+  /// domain_status.
+  nlohmann::json DomainStatus() const;
+
+ private:
+  struct DeployRun {
+    std::string id;
+    DeployRequest req;
+    std::shared_ptr<CancelToken> cancel;
+    std::vector<WaiterId> waiters;
+    std::vector<SinkId> sinks;
+    double progress = 0;
+    Clock::time_point created;
+    std::optional<DeployResult> result;  // set once finished
+    std::string superseded_by;           // set when a newer deploy cancelled this one
+  };
+  nlohmann::json View(const DeployRun& run) const;
+  void Finish(DeployRun& run, DeployResult res, DomainEffects* out);
+  void Attach(DeployRun& run, bool wait, WaiterId waiter, SinkId sink, DomainEffects* out);
+  void RememberBuild(const BuildId& id, const std::string& candidate);
+
+  Options opts_;
+  std::set<std::string> candidates_;
+  std::map<std::string, nlohmann::json> summaries_;
+  std::map<BuildId, std::string> build_candidate_;
+  std::deque<BuildId> build_order_;  // oldest first
+  // Success order: candidate -> (its latest successful build, when it was requested).
+  std::map<std::string, std::pair<BuildId, int64_t>> success_;
+  int64_t success_clock_ = 0;
+  DeployOrder order_;
+  std::map<std::string, DeployRun> deploys_;  // running, queued and the last finished ones
+  std::deque<std::string> finished_;          // oldest first, bounded
+  nlohmann::json deployed_ = nullptr;         // the last rolled-out deploy of this domain
+  bool stopping_ = false;
+};
+
+}  // namespace kiln
