@@ -410,6 +410,7 @@ void Execute(Self* self, const BuildId& id) {
   const auto deadline = r.started + std::chrono::seconds(env->dc->build.timeout_s);
   env->work->Run([env, job, log, cancel, from_git, commit, me, deadline] {
     RegistryDeadlineScope registry_deadline(deadline, BuildDeadlineWords(*env));
+    GitDeadlineScope git_deadline(deadline, BuildDeadlineWords(*env));  // the checkout's git
     WorkDone d;
     d.id = job.build_id;
     d.phase = "build";
