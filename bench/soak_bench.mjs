@@ -53,7 +53,6 @@ const DUP_EXPECT = env.DUP_EXPECT ?? "same";
 const REG_PORT = 5170;
 const PORT = 18740;
 const DEPLOY_BASE = 19170;
-const TIMEOUT_S = int("SOAK_TIMEOUT_S", LOOP_S ? LOOP_S + 900 : 900 + 20 * DOMAINS * CANDIDATES * ITERATIONS);
 const PARENT = env.SOAK_PARENT ?? "/var/tmp";
 const HISTORY = int("KILN_HISTORY", 50);   // builds kiln keeps in memory per candidate
 const OUT_JSON = env.SOAK_JSON ?? path.join(ROOT, "bench/out/soak.json");
@@ -80,6 +79,7 @@ const REGISTRY_RESTARTS = int("REGISTRY_RESTARTS", 0);
 const LOOP_S = int("LOOP_S", 0);
 const MIN_BUILDS = int("MIN_BUILDS", 0);
 const OUT_PNG = env.SOAK_PNG ?? path.join(ROOT, "bench/out/soak.png");
+const TIMEOUT_S = int("SOAK_TIMEOUT_S", LOOP_S ? LOOP_S + 900 : 900 + 20 * DOMAINS * CANDIDATES * ITERATIONS);
 if (DOMAINS < 1 || DOMAINS > 8) throw new Error("DOMAINS must be 1..8 (local deploy ports 19170-19177)");
 if (CANDIDATES < 1 || ITERATIONS < 1) throw new Error("CANDIDATES and ITERATIONS must be >= 1");
 if (!["supersede", "same"].includes(DUP_EXPECT)) throw new Error("DUP_EXPECT must be supersede or same");
@@ -1059,7 +1059,19 @@ try {
       check("state-check: the deployed build per domain as kiln reported it", (j?.build_id ?? null) === (o?.build_id ?? null),
         `d${d}: journal ${JSON.stringify(j)} kiln ${JSON.stringify(o)}`);
     }
-    summary.state_check = { builds: sc.builds, load_ms: sc.load_ms, journal_records: sc.journal_records, statuses: sc.statuses };
+    summary.state_check = { builds: sc.builds, load_ms: sc.load_ms, journal_records: sc.journal_records, statuses: sc.statuses,
+      generation: sc.generation };
+    // Issue 19: the journal compacts itself (4 MiB) and git runs gc --auto after pushes (gc.auto
+    // 6700 loose objects): a long run shows both.
+    if (builds.size >= 1000)
+      check("the journal was compacted during the run (snapshot generation >= 1)", sc.generation >= 1, `generation ${sc.generation}`);
+    summary.git = {};
+    for (let d = 0; d < DOMAINS; d++) {
+      const out = await run("git", ["--git-dir", path.join(STATE, `domains/d${d}/repo.git`), "count-objects", "-v"]).catch(() => "");
+      const v = Object.fromEntries(out.split("\n").filter(Boolean).map((l) => l.split(": ")).map(([k, x]) => [k, Number(x)]));
+      summary.git[`d${d}`] = v;
+      check("git gc --auto keeps each domain repository's loose objects bounded (gc.auto 6700)", (v.count ?? 0) <= 6700 + 500, `d${d}: ${out}`);
+    }
   }
 
   // ---- restart: the same state reloads
