@@ -278,7 +278,7 @@ let obsSeq = 0;
 function observe(domain, candidate, b, via, extra = {}) {
   if (!b || typeof b.build_id !== "string") return null;
   let rec = builds.get(b.build_id);
-  if (!rec) builds.set(b.build_id, (rec = { id: b.build_id, domain, candidate, obs: [], kind: extra.kind ?? "observed" }));
+  if (!rec) builds.set(b.build_id, (rec = { id: b.build_id, domain, candidate, obs: [], kind: extra.kind ?? "observed", epoch }));
   if (extra.kind && rec.kind === "observed") rec.kind = extra.kind;
   if (extra.broken !== undefined) rec.broken = extra.broken;
   check("a build id belongs to one domain/candidate", rec.domain === domain && rec.candidate === candidate,
@@ -301,9 +301,10 @@ let gate = null;        // {promise, resolve} while paused
 let agentsIdle = 0;     // agents waiting at the gate or done with their loop
 let epoch = 0;          // kiln processes started so far - 1 (samples carry it)
 async function atGate() {
-  if (!gate) return;
-  agentsIdle++;
-  try { await gate.promise; } finally { agentsIdle--; }
+  while (gate) {   // the next event may close the gate again before this agent runs
+    agentsIdle++;
+    try { await gate.promise; } finally { agentsIdle--; }
+  }
 }
 
 // ------------------------------------------------------------------------------ agent
@@ -950,7 +951,8 @@ try {
     const mine = [...builds.values()].filter((r) => r.domain === a.domain && r.candidate === a.cand).sort((x, y) => x.obs[0].seq - y.obs[0].seq);
     for (const [i, rec] of mine.entries()) {
       const text = await readLog(admin[rec.domain], rec.id);
-      const mustKeep = i >= mine.length - (HISTORY - 2);   // 2: a duplicate pair's order is kiln's choice
+      // Build logs live in memory: a build before the last kill -9 restart has none (docs/operations.md).
+      const mustKeep = i >= mine.length - (HISTORY - 2) && rec.epoch === epoch;   // 2: a duplicate pair's order is kiln's choice
       if (!text && !mustKeep) { trimmed++; continue; }
       check("at the end, build_log knows every recent build and it is complete", text && text.complete,
         `${rec.id} (${i + 1} of ${mine.length} of ${a.key}): ${text ? "incomplete" : "not found"}`);
