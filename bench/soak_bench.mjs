@@ -1298,7 +1298,7 @@ async function writeChart(xs, events) {
   const arrows = (events ?? []).filter((e) => e.t_s).map((e, i) =>
     `set arrow ${i + 1} from ${e.t_s}, graph 0 to ${e.t_s}, graph 1 nohead dt 2 lc rgb "${e.kind === "kill" ? "red" : "blue"}"`).join("\n");
   const budget = STORAGE_MAX_GB ? `, ${STORAGE_MAX_GB * 1024} title "budget (storage.max_gb)" lw 2 lc rgb "red"` : "";
-  const script = `set terminal pngcairo size 1200,1100 font ",10"
+  const script = `set terminal pngcairo size 1200,1100 font ",10" noenhanced
 set output "${OUT_PNG}"
 set multiplot layout 3,1 title "kiln soak: ${DOMAINS} domains x ${CANDIDATES} candidates, ${builds.size} builds (dashed: red kill -9 restart, blue registry restart)"
 set grid
