@@ -69,7 +69,7 @@ const DISK_SLACK = num("DISK_SLACK", 1.25);
 const RSS_FLAT_PCT = env.RSS_FLAT_PCT ? Number(env.RSS_FLAT_PCT) : null;
 // Issue 19, the long soak: KILLS (0) kill -9 restarts of kiln and REGISTRY_RESTARTS (0) restarts
 // of the registry during the loop (agents paused at a barrier; builds in flight at each kill -9,
-// builds while the registry is down), at 10 %, 20 %, ... of the loop; LOOP_S (0: none) bounds the
+// builds while the registry is down), at 10 %, 20 %, ... of the loop (EVENT_STEP 0.1); LOOP_S (0: none) bounds the
 // loop by time (agents start no iteration after it; ITERATIONS is then an upper bound);
 // MIN_BUILDS (0) fails the run with fewer builds; SOAK_PNG (bench/out/soak.png, "" none) the
 // chart of the samples (gnuplot). RSS_FLAT_PCT is judged over the last kiln process's samples
@@ -78,6 +78,7 @@ const KILLS = int("KILLS", 0);
 const REGISTRY_RESTARTS = int("REGISTRY_RESTARTS", 0);
 const LOOP_S = int("LOOP_S", 0);
 const MIN_BUILDS = int("MIN_BUILDS", 0);
+const EVENT_STEP = num("EVENT_STEP", 0.1);   // restart event i runs at (i + 1) * EVENT_STEP of the loop
 const OUT_PNG = env.SOAK_PNG ?? path.join(ROOT, "bench/out/soak.png");
 const TIMEOUT_S = int("SOAK_TIMEOUT_S", LOOP_S ? LOOP_S + 900 : 900 + 20 * DOMAINS * CANDIDATES * ITERATIONS);
 if (DOMAINS < 1 || DOMAINS > 8) throw new Error("DOMAINS must be 1..8 (local deploy ports 19170-19177)");
@@ -660,7 +661,7 @@ try {
       if (k > 0) { kinds.push("kill"); k--; }
       if (r > 0) { kinds.push("registry"); r--; }
     }
-    return kinds.map((kind, i) => ({ kind, at: Math.min(0.9, 0.1 * (i + 1)), done: false }));
+    return kinds.map((kind, i) => ({ kind, at: Math.min(0.9, EVENT_STEP * (i + 1)), done: false }));
   }
   async function runEvents(events, fraction, finished) {
     for (const [i, ev] of events.entries()) {
