@@ -1,11 +1,13 @@
-// Issue 19, every wait bounded: a registry that accepts connections and never answers (a tiny
-// TCP server here that reads and stays silent) must not hold a build past the domain's
-// build.timeout_s. The real `kiln serve` (layered mode, real bubblewrap, the base image from a
-// real docker-registry with htpasswd auth) builds domain "slow", whose image registry is the
-// silent server, while domain "fine" (the real registry) keeps building and both domains' status
-// calls keep answering. The build fails as `infrastructure`, naming the build's timeout, well
-// before the ~90 s a stalled push took before pushes were bounded by the build's deadline; the
-// next build of a working domain is unaffected and nothing of the build is left running.
+// Issue 19, every wait bounded: a registry that accepts connections and never answers must not
+// hold a build past the domain's build.timeout_s. The real `kiln serve` (layered mode, real
+// bubblewrap, a real docker-registry with htpasswd auth) builds domains "slow" and "cold", whose
+// registry is a tiny HTTP server here in front of the real one: it reads every request and
+// forwards it, except that requests for the repositories `stalled/*` (the pushes of "slow") and,
+// once `stallAll` is set, every request (the base-image fetch of "cold", whose base store is
+// empty) are read and never answered. Meanwhile domain "fine" (the real registry) builds and both
+// domains' status calls keep answering. Each stalled build fails as `infrastructure` within its
+// timeout — a stalled push took ~90 s before pushes counted against the build's deadline — and
+// nothing of it is left running.
 //
 //   tests/e2e/run_e2e.sh build/app/kiln $PWD/tests/integration/stalled_registry.test.mjs
 // Ports: registry 5230, silent server 5231, kiln 18830. Runs as root (bubblewrap, registry).
@@ -14,7 +16,7 @@ import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { pathToFileURL } from "node:url";
 import fs from "node:fs";
-import net from "node:net";
+import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import crypto from "node:crypto";
@@ -36,17 +38,29 @@ const regDir = path.join(dir, "registry");
 const rnd = () => crypto.randomBytes(24).toString("hex");
 const sha = (s) => crypto.createHash("sha256").update(s).digest("hex");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const tokens = { slow: rnd(), fine: rnd() };
-let kiln, kilnLog = "", silent, silentSockets = new Set(), silentBytes = 0;
+const tokens = { slow: rnd(), cold: rnd(), fine: rnd() };
+let kiln, kilnLog = "", silent, silentSockets = new Set();
+let stallAll = false;
+const stalled = [];  // "METHOD path" of every request held unanswered
 
 function startSilent() {
-  // Accepts, reads whatever comes and never writes a byte.
-  silent = net.createServer((sock) => {
-    silentSockets.add(sock);
-    sock.on("data", (d) => { silentBytes += d.length; });
-    sock.on("error", () => {});
-    sock.on("close", () => silentSockets.delete(sock));
+  silent = http.createServer((req, res) => {
+    if (stallAll || req.url.startsWith("/v2/stalled/")) {
+      stalled.push(`${req.method} ${req.url.split("?")[0]}`);
+      req.resume();  // read it all, answer nothing
+      return;
+    }
+    const up = http.request({ host: "127.0.0.1", port: REG_PORT, method: req.method, path: req.url,
+      headers: { ...req.headers, host: `127.0.0.1:${REG_PORT}` } }, (r) => {
+      const headers = { ...r.headers };
+      if (headers.location) headers.location = headers.location.replace(`127.0.0.1:${REG_PORT}`, `127.0.0.1:${SILENT_PORT}`);
+      res.writeHead(r.statusCode, headers);
+      r.pipe(res);
+    });
+    up.on("error", () => res.destroy());
+    req.pipe(up);
   });
+  silent.on("connection", (sock) => { silentSockets.add(sock); sock.on("close", () => silentSockets.delete(sock)); });
   return new Promise((r) => silent.listen(SILENT_PORT, "127.0.0.1", r));
 }
 
@@ -93,11 +107,16 @@ before(async () => {
     caches: { GOCACHE: "go-build" },
     outputs: [{ from: "out/app", to: "/app" }], entrypoint: ["/app"],
   };
-  const domain = (name, registry, timeout) => ({
+  const domain = (name, registry, timeout, repository = `stalled/${name}`) => ({
     token_sha256: [sha(tokens[name])],
-    build: { mode: "layered", timeout_s: timeout, on_push: false, layered },
-    image: { registry, repository: `stalled/${name}` },
+    build: { mode: "layered", timeout_s: timeout, on_push: false,
+      layered: { ...layered, base_image: `127.0.0.1:${registry === "good" ? REG_PORT : SILENT_PORT}/kiln/busybox@${busybox}` } },
+    image: { registry, repository },
   });
+  // The server's auth file for the front server: the same credential under its host.
+  const auth = JSON.parse(fs.readFileSync(path.join(regDir, "auth.json"), "utf8"));
+  fs.writeFileSync(path.join(dir, "front-auth.json"), JSON.stringify({ auths: {
+    [`127.0.0.1:${SILENT_PORT}`]: auth.auths[`127.0.0.1:${REG_PORT}`] } }), { mode: 0o600 });
   const config = path.join(dir, "kiln.json");
   fs.writeFileSync(config, JSON.stringify({
     server: { listen: `127.0.0.1:${PORT}`, state_dir: path.join(dir, "state") },
@@ -105,9 +124,10 @@ before(async () => {
     operator_token_sha256: [sha(rnd())],
     registries: {
       good: { url: `http://127.0.0.1:${REG_PORT}`, auth_file: path.join(regDir, "auth.json") },
-      silent: { url: `http://127.0.0.1:${SILENT_PORT}` },
+      silent: { url: `http://127.0.0.1:${SILENT_PORT}`, auth_file: path.join(dir, "front-auth.json") },
     },
-    domains: { slow: domain("slow", "silent", TIMEOUT_S), fine: domain("fine", "good", 600) },
+    domains: { slow: domain("slow", "silent", TIMEOUT_S), cold: domain("cold", "silent", TIMEOUT_S, "fine/cold"),
+      fine: domain("fine", "good", 600, "fine/fine") },
   }, null, 1));
   const cc = spawnSync(KILN, ["check-config", "--config", config], { encoding: "utf8" });
   assert.equal(cc.status, 0, cc.stdout + cc.stderr);
@@ -133,50 +153,44 @@ after(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-test("a registry that accepts and never answers fails the build within its timeout; kiln keeps serving", { timeout: 600_000 }, async () => {
-  const slow = await connect("slow");
+// One build of `domain` against the stalled registry while "fine" builds and both answer status
+// calls; returns the build's result after checking it failed as infrastructure within its bound.
+async function stalledBuild(domain, what) {
+  const slow = await connect(domain);
   const fine = await connect("fine");
-  // Warm the domains' GOCACHE so that the stalled push is what the slow build waits on.
-  push("fine", "c1", "fine-1");
-  const warm = await call(fine, "build_candidate", { candidate: "c1" });
-  assert.equal(warm.sc.status, "succeeded", JSON.stringify(warm.sc).slice(0, 600));
-
-  push("slow", "c1", "slow-1");
+  push(domain, "c1", `${domain}-1`);
+  const before = stalled.length;
   const t0 = Date.now();
   let done = false;
   const build = call(slow, "build_candidate", { candidate: "c1" }).finally(() => { done = true; });
   // Meanwhile: status calls of both domains answer, and the other domain builds and pushes.
-  const statusAnswers = { slow: 0, fine: 0 };
+  const statusAnswers = { stalled: 0, fine: 0 };
   const poll = (async () => {
     while (!done) {
       const a = await call(slow, "candidate_status", { candidate: "c1" });
       assert.ok(!a.isError && a.sc.candidate === "c1", JSON.stringify(a.sc));
-      statusAnswers.slow++;
+      statusAnswers.stalled++;
       const b = await call(fine, "list_candidates", {});
       assert.ok(!b.isError && b.sc.domain === "fine", JSON.stringify(b.sc));
       statusAnswers.fine++;
       await sleep(500);
     }
   })();
-  push("fine", "c2", "fine-2");
-  const other = await call(fine, "build_candidate", { candidate: "c2" });
-  assert.equal(other.sc.status, "succeeded", `the other domain builds while one registry stalls: ${JSON.stringify(other.sc).slice(0, 600)}`);
+  push("fine", `during-${domain}`, `fine-${domain}`);
+  const other = await call(fine, "build_candidate", { candidate: `during-${domain}` });
+  assert.equal(other.sc.status, "succeeded", `the other domain builds while a registry stalls: ${JSON.stringify(other.sc).slice(0, 600)}`);
   const r = await build;
   const elapsed = Date.now() - t0;
   await poll;
-
-  assert.ok(silentBytes > 0, "kiln talked to the silent registry");
+  assert.ok(stalled.length > before, `kiln's ${what} reached the stalled registry`);
   assert.equal(r.sc.status, "failed", JSON.stringify(r.sc).slice(0, 800));
   assert.equal(r.sc.error_kind, "infrastructure", JSON.stringify(r.sc).slice(0, 800));
   assert.ok(r.isError);
-  assert.match(r.sc.error, /timeout|did not answer/i, r.sc.error);
-  // The bound: the build's timeout plus the checkout/compile before it and some slack — far below
-  // what unbounded waits took (each registry request: 30 s per I/O step, 3 attempts).
-  assert.ok(elapsed < (TIMEOUT_S + 40) * 1000, `the build ended ${elapsed} ms after the request (timeout_s ${TIMEOUT_S})`);
-  assert.ok(statusAnswers.slow >= 2 && statusAnswers.fine >= 2, JSON.stringify(statusAnswers));
-  // The result names neither host paths nor the registry credential file.
+  // The bound: the build's timeout plus slack — far below what unbounded waits took (each
+  // registry request: 30 s per I/O step, 3 attempts).
+  assert.ok(elapsed < (TIMEOUT_S + 30) * 1000, `the build ended ${elapsed} ms after the request (timeout_s ${TIMEOUT_S}): ${r.sc.error}`);
+  assert.ok(statusAnswers.stalled >= 2 && statusAnswers.fine >= 2, JSON.stringify(statusAnswers));
   assert.ok(!JSON.stringify(r.sc).includes(dir), JSON.stringify(r.sc).slice(0, 400));
-
   // Nothing of the stalled build keeps running, and kiln serves the next request.
   for (let i = 0; i < 50 && leftovers().length; i++) await sleep(200);
   assert.deepEqual(leftovers(), []);
@@ -185,4 +199,28 @@ test("a registry that accepts and never answers fails the build within its timeo
   assert.equal(st.sc.latest_build?.status, "failed");
   await slow.close();
   await fine.close();
+  return { r, elapsed };
+}
+
+test("a registry that accepts pushes and never answers fails the build within its timeout; kiln keeps serving", { timeout: 600_000 }, async (t) => {
+  const fine = await connect("fine");
+  push("fine", "c1", "fine-1");   // warms the base store and GOCACHE of "fine"
+  const warm = await call(fine, "build_candidate", { candidate: "c1" });
+  assert.equal(warm.sc.status, "succeeded", JSON.stringify(warm.sc).slice(0, 600));
+  await fine.close();
+  const { r, elapsed } = await stalledBuild("slow", "push");
+  assert.ok(stalled.some((x) => x.includes("/v2/stalled/slow/")), JSON.stringify(stalled));
+  assert.match(r.sc.error, /did not answer within the build's timeout|timed out/, r.sc.error);
+  t.diagnostic(`stalled push: failed after ${elapsed} ms: ${r.sc.error}`);
+});
+
+test("a registry that stalls the base-image fetch fails the build within its timeout", { timeout: 600_000 }, async (t) => {
+  stallAll = true;
+  try {
+    const { r, elapsed } = await stalledBuild("cold", "base-image fetch");
+    assert.ok(stalled.some((x) => x.includes("/v2/kiln/busybox/")), JSON.stringify(stalled));
+    t.diagnostic(`stalled base fetch: failed after ${elapsed} ms: ${r.sc.error}`);
+  } finally {
+    stallAll = false;
+  }
 });
