@@ -10,6 +10,7 @@
 #include "storage/collector.h"    // issue 19: StorageGate
 #include "storage/lease_table.h"  // issue 19
 #include "workspace/checkout.h"
+#include "workspace/git_runner.h"  // issue 19: GitDeadlineScope
 #include "workspace/source_tree.h"
 
 namespace kiln {
@@ -69,6 +70,7 @@ WorkDone ResolvePhase(const DomainEnv& env, const std::string& candidate, const 
 
 WorkDone BuildPhase(const DomainEnv& env, const std::string& candidate, const BuildPhaseEffect& e) {
   RegistryDeadlineScope registry_deadline(e.deadline, BuildDeadlineWords(env));
+  GitDeadlineScope git_deadline(e.deadline, BuildDeadlineWords(env));  // the checkout's git
   BuildJob job = MakeJob(env, candidate, e.id, e.key, e.commit, e.source_dir);
   WorkDone d;
   d.id = e.id;

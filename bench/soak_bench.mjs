@@ -53,7 +53,6 @@ const DUP_EXPECT = env.DUP_EXPECT ?? "same";
 const REG_PORT = 5170;
 const PORT = 18740;
 const DEPLOY_BASE = 19170;
-const TIMEOUT_S = int("SOAK_TIMEOUT_S", 900 + 20 * DOMAINS * CANDIDATES * ITERATIONS);
 const PARENT = env.SOAK_PARENT ?? "/var/tmp";
 const HISTORY = int("KILN_HISTORY", 50);   // builds kiln keeps in memory per candidate
 const OUT_JSON = env.SOAK_JSON ?? path.join(ROOT, "bench/out/soak.json");
@@ -68,6 +67,20 @@ const GC_INTERVAL_S = int("GC_INTERVAL_S", 10);
 const SAMPLE_S = int("SAMPLE_S", 5);
 const DISK_SLACK = num("DISK_SLACK", 1.25);
 const RSS_FLAT_PCT = env.RSS_FLAT_PCT ? Number(env.RSS_FLAT_PCT) : null;
+// Issue 19, the long soak: KILLS (0) kill -9 restarts of kiln and REGISTRY_RESTARTS (0) restarts
+// of the registry during the loop (agents paused at a barrier; builds in flight at each kill -9,
+// builds while the registry is down), at 10 %, 20 %, ... of the loop (EVENT_STEP 0.1); LOOP_S (0: none) bounds the
+// loop by time (agents start no iteration after it; ITERATIONS is then an upper bound);
+// MIN_BUILDS (0) fails the run with fewer builds; SOAK_PNG (bench/out/soak.png, "" none) the
+// chart of the samples (gnuplot). RSS_FLAT_PCT is judged over the last kiln process's samples
+// after its first third (warm-up): the least-squares growth over that window, in % of its mean.
+const KILLS = int("KILLS", 0);
+const REGISTRY_RESTARTS = int("REGISTRY_RESTARTS", 0);
+const LOOP_S = int("LOOP_S", 0);
+const MIN_BUILDS = int("MIN_BUILDS", 0);
+const EVENT_STEP = num("EVENT_STEP", 0.1);   // restart event i runs at (i + 1) * EVENT_STEP of the loop
+const OUT_PNG = env.SOAK_PNG ?? path.join(ROOT, "bench/out/soak.png");
+const TIMEOUT_S = int("SOAK_TIMEOUT_S", LOOP_S ? LOOP_S + 900 : 900 + 20 * DOMAINS * CANDIDATES * ITERATIONS);
 if (DOMAINS < 1 || DOMAINS > 8) throw new Error("DOMAINS must be 1..8 (local deploy ports 19170-19177)");
 if (CANDIDATES < 1 || ITERATIONS < 1) throw new Error("CANDIDATES and ITERATIONS must be >= 1");
 if (!["supersede", "same"].includes(DUP_EXPECT)) throw new Error("DUP_EXPECT must be supersede or same");
@@ -266,7 +279,7 @@ let obsSeq = 0;
 function observe(domain, candidate, b, via, extra = {}) {
   if (!b || typeof b.build_id !== "string") return null;
   let rec = builds.get(b.build_id);
-  if (!rec) builds.set(b.build_id, (rec = { id: b.build_id, domain, candidate, obs: [], kind: extra.kind ?? "observed" }));
+  if (!rec) builds.set(b.build_id, (rec = { id: b.build_id, domain, candidate, obs: [], kind: extra.kind ?? "observed", epoch }));
   if (extra.kind && rec.kind === "observed") rec.kind = extra.kind;
   if (extra.broken !== undefined) rec.broken = extra.broken;
   check("a build id belongs to one domain/candidate", rec.domain === domain && rec.candidate === candidate,
@@ -283,6 +296,17 @@ const counters = { iterations: 0, pushes: 0, normal: 0, cancel_flows: 0, cancel_
   abort_flows: 0, abort_after_end: 0, dup_pairs: 0, dup_same: 0, dup_superseded: 0, dup_other: 0, deploys: 0, deploy_rolled_out: 0,
   deploy_superseded: 0, compile_errors: 0, cache_hits: 0 };
 const lastSeen = new Map();  // "d/c" -> {latest, latestSuccessful}
+const deployedAck = new Map();  // domain -> build id of the last deploy kiln answered rolled_out
+// Issue 19: the barrier the agents wait at while kiln or the registry restarts.
+let gate = null;        // {promise, resolve} while paused
+let agentsIdle = 0;     // agents waiting at the gate or done with their loop
+let epoch = 0;          // kiln processes started so far - 1 (samples carry it)
+async function atGate() {
+  while (gate) {   // the next event may close the gate again before this agent runs
+    agentsIdle++;
+    try { await gate.promise; } finally { agentsIdle--; }
+  }
+}
 
 // ------------------------------------------------------------------------------ agent
 const epp = path.join(ROOT, "examples/epp");
@@ -546,6 +570,7 @@ class Agent {
     const { sc, isError } = await tool(this.client, "deploy_candidate", { candidate: this.cand, build_id: b.build_id });
     if (sc.status === "rolled_out") {
       counters.deploy_rolled_out++;
+      deployedAck.set(this.domain, b.build_id);
       check("a rolled-out deploy is of the requested build and digest", !isError && sc.build_id === b.build_id &&
         sc.image?.digest === b.image.digest, JSON.stringify(sc).slice(0, 300));
       let code = 0;
@@ -628,6 +653,181 @@ try {
     for (let c = 0; c < CANDIDATES; c++) agents.push(new Agent(d, c, tokens[d], agents.length));
   await Promise.all(agents.map((a) => a.init()));
 
+  // ---- issue 19: restarts during the loop (kill -9 of kiln, registry restart)
+  function restartEvents() {
+    const kinds = [];
+    let k = KILLS, r = REGISTRY_RESTARTS;
+    while (k > 0 || r > 0) {             // interleaved: kill, registry, kill, ...
+      if (k > 0) { kinds.push("kill"); k--; }
+      if (r > 0) { kinds.push("registry"); r--; }
+    }
+    return kinds.map((kind, i) => ({ kind, at: Math.min(0.9, EVENT_STEP * (i + 1)), done: false }));
+  }
+  async function runEvents(events, fraction, finished) {
+    for (const [i, ev] of events.entries()) {
+      while (fraction() < ev.at && !finished()) await sleep(200);
+      if (finished()) { note(`loop ended before restart event ${i} (${ev.kind})`); break; }
+      let resolve;
+      gate = { promise: new Promise((r) => (resolve = r)) };
+      const tWait = Date.now();
+      while (agentsIdle < agents.length) await sleep(50);
+      ev.t_s = Math.round((Date.now() - t0run) / 1000);
+      ev.barrier_ms = Date.now() - tWait;
+      note(`restart event ${i}: ${ev.kind} (agents paused in ${ev.barrier_ms} ms)`);
+      try {
+        if (ev.kind === "kill") await killEvent(ev, i);
+        else await registryEvent(ev);
+        ev.done = true;
+      } catch (e) {
+        check("restart events run to the end", false, `${ev.kind}: ${e?.stack ?? e}`);
+      } finally {
+        gate = null;
+        resolve();
+      }
+    }
+  }
+  const victimsOf = () => agents.filter((a) => a.cand === "c0");   // one per domain
+  async function operatorDeployed() {
+    const out = {};
+    for (let d = 0; d < DOMAINS; d++) {
+      const j = await (await fetch(`http://127.0.0.1:${PORT}/v1/domains/d${d}`, { headers: { Authorization: `Bearer ${operatorToken}` } })).json();
+      out[`d${d}`] = j.deployed?.build_id ?? null;
+    }
+    return out;
+  }
+  async function healthzOf(a, maxMs) {
+    const t = Date.now();
+    let code = 0;
+    do {
+      try { code = (await fetch(`http://127.0.0.1:${a.port}/healthz`, { signal: AbortSignal.timeout(5000) })).status; } catch { code = 0; }
+      if (code === 200) break;
+      await sleep(250);
+    } while (Date.now() - t < maxMs);
+    return code;
+  }
+  async function killEvent(ev, n) {
+    // Builds in flight at the kill: one per domain, started without waiting.
+    const victims = [];
+    for (const v of victimsOf()) {
+      v.broken = false;
+      await v.mutateAndPush(`k${n}`, false);
+      const { sc } = await v.build({ wait: false }, "killed");
+      victims.push([v, sc.build_id]);
+    }
+    await sleep(700 + Math.floor(Math.random() * 800));
+    const acked = Object.fromEntries([...deployedAck]);
+    const before = await operatorDeployed();
+    for (const [d, id] of Object.entries(before))
+      check("the operator API shows the deploy kiln last answered rolled_out", (acked[d] ?? null) === id, `${d}: ${id} vs acked ${acked[d]}`);
+    const ps = await processes();
+    const tree = subtree(ps, [kiln.pid]);
+    const procs = ps.filter((p) => tree.has(p.pid) && p.pid !== kiln.pid && !p.args.startsWith("ps -ww"));
+    ev.kiln_children = procs.length;
+    ev.rss_kb = rssKb(kiln.pid);
+    kiln.kill("SIGKILL");
+    await kilnExit;
+    // Nothing kiln started survives it: build sandboxes, git, deployed candidates' sandboxes.
+    let alive = procs;
+    for (let i = 0; i < 75 && alive.length; i++) {
+      await sleep(200);
+      alive = alive.filter((p) => { try { return fs.readFileSync(`/proc/${p.pid}/cmdline`, "utf8").length > 0; } catch { return false; } });
+    }
+    check("after kill -9 of kiln no process it started survives (builds, git, deployed sandboxes)", alive.length === 0,
+      alive.map((p) => `${p.pid} ${p.args.slice(0, 160)}`).join("\n"));
+    const mounts = leftMounts();
+    check("after kill -9 of kiln no mount of the run is left", mounts.length === 0, mounts.join("\n"));
+    // Every acknowledged build and deploy is in the journal (kiln state-check on a copy, kiln down).
+    const sc = await stateCheck();
+    if (check("kiln state-check runs while kiln is down after kill -9", sc !== null)) {
+      check("state-check after kill -9: no corruption, no duplicate terminal record", sc.corruptions.length === 0 &&
+        sc.duplicate_terminal.length === 0 && sc.duplicate_started.length === 0, JSON.stringify([sc.corruptions, sc.duplicate_terminal]).slice(0, 400));
+      const list = new Map((sc.build_list ?? []).map((b) => [b.id, b]));
+      const recent = recentPerCandidate(198);
+      let missing = [];
+      for (const rec of builds.values()) {
+        const j = list.get(rec.id);
+        if (!j) { if (recent.has(rec.id)) missing.push(rec.id); continue; }
+        const term = terminalOf(rec)[0];
+        if (term && j.status !== term.status) missing.push(`${rec.id}: client ${term.status}, journal ${j.status}`);
+      }
+      check("after kill -9 every acknowledged build is in the journal with the status the client saw", missing.length === 0, missing.slice(0, 10).join(", "));
+      for (let d = 0; d < DOMAINS; d++)
+        check("after kill -9 the journal's deployed build is the last acknowledged deploy",
+          (sc.domains?.[`d${d}`]?.deployed?.build_id ?? null) === (acked[`d${d}`] ?? null),
+          `d${d}: journal ${JSON.stringify(sc.domains?.[`d${d}`]?.deployed)} acked ${acked[`d${d}`]}`);
+    }
+    epoch++;
+    startKiln();
+    ev.restart_to_healthz_ms = await waitHealthy();
+    note(`kill -9 #${n}: kiln restarted in ${ev.restart_to_healthz_ms} ms`);
+    for (const a of agents) {
+      try { await a.client.close(); } catch {}
+      a.client = await connect(a.token, `soak-${a.key}-e${epoch}`);
+    }
+    for (const [v, id] of victims) {
+      let lb = null;
+      for (let i = 0; i < 600; i++) {
+        const st = (await tool(v.client, "candidate_status", { candidate: v.cand })).sc;
+        lb = st.latest_build;
+        if (lb?.build_id !== id || TERMINAL.has(lb.status)) { v.remember(st); break; }
+        await sleep(100);
+      }
+      observe(v.domain, v.cand, lb, "candidate_status");
+      check("after kill -9 a build that was in flight is the candidate's latest, with a terminal status (interrupted if it had not finished)",
+        lb?.build_id === id && TERMINAL.has(lb.status), `${v.key}: ${id} vs ${lb?.build_id} ${lb?.status}`);
+      ev.victims = [...(ev.victims ?? []), `${id}:${lb?.status}`];
+    }
+    for (const a of agents) {
+      if (victims.some(([v]) => v === a)) continue;
+      const st = (await tool(a.client, "candidate_status", { candidate: a.cand })).sc;
+      const seen = lastSeen.get(a.key);
+      check("after kill -9 candidate_status shows the latest and latest successful build the client saw",
+        !seen || ((st.latest_build?.build_id ?? null) === seen.latest && (st.latest_successful_build?.build_id ?? null) === seen.latestSuccessful),
+        `${a.key}: ${st.latest_build?.build_id}/${st.latest_successful_build?.build_id} vs ${seen?.latest}/${seen?.latestSuccessful}`);
+    }
+    const after = await operatorDeployed();
+    for (let d = 0; d < DOMAINS; d++) {
+      const id = acked[`d${d}`] ?? null;
+      check("after kill -9 the operator API shows the last acknowledged deploy", after[`d${d}`] === id, `d${d}: ${after[`d${d}`]} vs ${id}`);
+      if (!id) continue;
+      // docs/operations.md: after a restart the local target serves nothing until the next deploy;
+      // the acknowledged deploy's build deploys again from the registry.
+      const owner = agents.find((a) => a.domain === `d${d}` && a.cand === builds.get(id)?.candidate);
+      const { sc, isError } = await tool(owner.client, "deploy_candidate", { candidate: owner.cand, build_id: id });
+      check("after kill -9 the acknowledged deployed build deploys again on the local target", !isError && sc.status === "rolled_out" &&
+        (await healthzOf(owner, 30_000)) === 200, `d${d} ${id}: ${JSON.stringify(sc).slice(0, 300)}`);
+    }
+  }
+  async function registryEvent(ev) {
+    await run(path.join(ROOT, "scripts/registry.sh"), ["stop", "--dir", REG_DIR]);
+    const victims = victimsOf();
+    // Builds while the registry is down fail as infrastructure, and kiln keeps answering.
+    await Promise.all(victims.map(async (v) => {
+      v.broken = false;
+      await v.mutateAndPush(`r${ev.t_s}`, false);
+      const { sc } = await v.build({}, "registry-down");
+      check("a build while the registry is down fails with an infrastructure error", sc.status === "failed" &&
+        ["infrastructure", "not_pushed"].includes(sc.error_kind), `${sc.build_id}: ${sc.status} ${sc.error_kind} ${sc.error}`);
+      const st = (await tool(v.client, "candidate_status", { candidate: v.cand })).sc;
+      observe(v.domain, v.cand, st.latest_build, "candidate_status");
+      v.remember(st);
+    }));
+    for (const a of agents.filter((x) => x.cand !== "c0")) {
+      const { sc, isError } = await tool(a.client, "candidate_status", { candidate: a.cand });
+      check("kiln answers candidate_status while the registry is down", !isError && sc.candidate === a.cand, JSON.stringify(sc).slice(0, 200));
+    }
+    for (const [d, id] of deployedAck)
+      if (id) check("a deployed candidate keeps serving while the registry is down", (await healthzOf(agents.find((a) => a.domain === d), 10_000)) === 200, d);
+    const reg = await run(path.join(ROOT, "scripts/registry.sh"), ["start", "--dir", REG_DIR, "--port", String(REG_PORT)]);
+    registryPid = Number(reg.match(/^pid=(\d+)/m)?.[1]);
+    // The same trees build and push again once it is back.
+    await Promise.all(victims.map(async (v) => {
+      const { sc } = await v.build({}, "registry-back");
+      check("after the registry restart a build succeeds and pushes", sc.status === "succeeded", `${sc.build_id}: ${sc.status} ${sc.error}`);
+      await v.verifyFinished(sc, { broken: false });
+    }));
+  }
+
   // Warm-up: one build per domain fills the domain's GOCACHE (std for CGO_ENABLED=0).
   note("warm-up: one build per domain");
   await Promise.all(agents.filter((a) => a.cand === "c0").map(async (a) => {
@@ -644,7 +844,7 @@ try {
   const sampler = setInterval(async () => {
     if (sampling || !kiln?.pid) return;
     sampling = true;
-    try { summary.samples.push({ t_s: Math.round((Date.now() - t0run) / 1000), ...procSample(kiln.pid), ...(await diskSample()) }); }
+    try { summary.samples.push({ t_s: Math.round((Date.now() - t0run) / 1000), epoch, ...procSample(kiln.pid), ...(await diskSample()) }); }
     catch {} finally { sampling = false; }
   }, SAMPLE_S * 1000);
   let rssMax = summary.rss_start_kb;
@@ -654,15 +854,28 @@ try {
   // The soak: every candidate is an independent agent loop.
   const tLoop = Date.now();
   const total = agents.length * ITERATIONS;
-  const progress = setInterval(() => note(`${counters.iterations}/${total} iterations, ${builds.size} builds, VmRSS ${rssKb(kiln?.pid)} kB`), 30_000);
+  const progress = setInterval(() => note(`${counters.iterations}/${total} iterations, ${builds.size} builds, VmRSS ${rssKb(kiln?.pid)} kB, ` +
+    `state dir ${Math.round((summary.samples.at(-1)?.du_bytes ?? 0) / 1048576)} MiB`), 30_000);
+  let loopsDone = false;
+  const events = restartEvents();
+  const eventsRun = runEvents(events, () => (LOOP_S ? (Date.now() - tLoop) / (LOOP_S * 1000) : counters.iterations / total), () => loopsDone);
   await Promise.all(agents.map(async (a) => {
-    for (let it = 1; it <= ITERATIONS; it++) {
-      if (Date.now() > deadline - 300_000) { check("the soak finishes before its deadline", false, `${a.key} stopped at iteration ${it}`); break; }
-      try { await a.iteration(it); }
-      catch (e) { check("agent iterations run without a client-side error", false, `${a.key} #${it}: ${e?.stack ?? e}`); }
-      await sleep(Math.floor(a.rng() * 200));
-    }
+    try {
+      for (let it = 1; it <= ITERATIONS; it++) {
+        if (LOOP_S && Date.now() - tLoop > LOOP_S * 1000) break;
+        if (Date.now() > deadline - 300_000) { check("the soak finishes before its deadline", false, `${a.key} stopped at iteration ${it}`); break; }
+        await atGate();
+        try { await a.iteration(it); }
+        catch (e) { check("agent iterations run without a client-side error", false, `${a.key} #${it}: ${e?.stack ?? e}`); }
+        await sleep(Math.floor(a.rng() * 200));
+      }
+    } finally { agentsIdle++; }
   }));
+  loopsDone = true;
+  await eventsRun;
+  summary.events = events;
+  check(`every planned restart ran (${KILLS} kill -9 of kiln, ${REGISTRY_RESTARTS} registry restarts)`, events.every((e) => e.done),
+    JSON.stringify(events));
   clearInterval(progress);
   summary.loop_s = Math.round((Date.now() - tLoop) / 1000);
   note(`loops done in ${summary.loop_s} s: ${counters.iterations} iterations, ${builds.size} builds`);
@@ -691,13 +904,16 @@ try {
     rec.digest = digests[0] ?? null;
     byStatus[rec.final] = (byStatus[rec.final] ?? 0) + 1;
     const lt = logTerminal.get(rec.id) ?? [];
+    // A build kill -9 interrupted has its terminal record from the restart, not a log line.
     check("kiln's log has exactly one terminal transition per build, the one the client saw",
-      lt.length === 1 && lt[0] === rec.final, `${rec.id}: log ${JSON.stringify(lt)}, client ${rec.final}`);
+      (lt.length === 1 && lt[0] === rec.final) || (rec.final === "interrupted" && rec.kind === "killed" && lt.length === 0),
+      `${rec.id}: log ${JSON.stringify(lt)}, client ${rec.final}`);
   }
   for (const [id, lt] of logTerminal)
     check("kiln's log has no build the client never saw", builds.has(id), `${id}: ${lt}`);
   summary.builds_total = builds.size;
   summary.builds_by_status = byStatus;
+  if (MIN_BUILDS) check(`the soak ran at least MIN_BUILDS=${MIN_BUILDS} builds`, builds.size >= MIN_BUILDS, `${builds.size} builds`);
 
   // ---- end of run: candidate_status, list_candidates and build_log agree with the client
   const finalState = {};
@@ -736,7 +952,8 @@ try {
     const mine = [...builds.values()].filter((r) => r.domain === a.domain && r.candidate === a.cand).sort((x, y) => x.obs[0].seq - y.obs[0].seq);
     for (const [i, rec] of mine.entries()) {
       const text = await readLog(admin[rec.domain], rec.id);
-      const mustKeep = i >= mine.length - (HISTORY - 2);   // 2: a duplicate pair's order is kiln's choice
+      // Build logs live in memory: a build before the last kill -9 restart has none (docs/operations.md).
+      const mustKeep = i >= mine.length - (HISTORY - 2) && rec.epoch === epoch;   // 2: a duplicate pair's order is kiln's choice
       if (!text && !mustKeep) { trimmed++; continue; }
       check("at the end, build_log knows every recent build and it is complete", text && text.complete,
         `${rec.id} (${i + 1} of ${mine.length} of ${a.key}): ${text ? "incomplete" : "not found"}`);
@@ -789,6 +1006,7 @@ try {
   clearInterval(rssTimer);
   clearInterval(sampler);
   checkSamples();
+  summary.chart = await writeChart(summary.samples ?? [], summary.events);
   summary.rss_max_kb = Math.max(rssMax ?? 0, summary.rss_end_kb ?? 0);
 
   // ---- graceful stop
@@ -799,6 +1017,8 @@ try {
   check("kiln logs its shutdown", /shutdown: no builds running|stopped/.test(tail(LOG, 20)), tail(LOG, 5));
   const after = await strayProcesses({ allowDeployed: false });
   check("nothing of the run survives kiln's stop (deployed candidates stop with kiln)", after.stray.length === 0, after.stray.join("\n"));
+  const mountsLeft = leftMounts();
+  check("no mount of the run is left after kiln's stop", mountsLeft.length === 0, mountsLeft.join("\n"));
 
   // ---- the journal: kiln state-check --builds
   let sc = null;
@@ -842,7 +1062,19 @@ try {
       check("state-check: the deployed build per domain as kiln reported it", (j?.build_id ?? null) === (o?.build_id ?? null),
         `d${d}: journal ${JSON.stringify(j)} kiln ${JSON.stringify(o)}`);
     }
-    summary.state_check = { builds: sc.builds, load_ms: sc.load_ms, journal_records: sc.journal_records, statuses: sc.statuses };
+    summary.state_check = { builds: sc.builds, load_ms: sc.load_ms, journal_records: sc.journal_records, statuses: sc.statuses,
+      generation: sc.generation };
+    // Issue 19: the journal compacts itself (4 MiB) and git runs gc --auto after pushes (gc.auto
+    // 6700 loose objects): a long run shows both.
+    if (builds.size >= 1000)
+      check("the journal was compacted during the run (snapshot generation >= 1)", sc.generation >= 1, `generation ${sc.generation}`);
+    summary.git = {};
+    for (let d = 0; d < DOMAINS; d++) {
+      const out = await run("git", ["--git-dir", path.join(STATE, `domains/d${d}/repo.git`), "count-objects", "-v"]).catch(() => "");
+      const v = Object.fromEntries(out.split("\n").filter(Boolean).map((l) => l.split(": ")).map(([k, x]) => [k, Number(x)]));
+      summary.git[`d${d}`] = v;
+      check("git gc --auto keeps each domain repository's loose objects bounded (gc.auto 6700)", (v.count ?? 0) <= 6700 + 500, `d${d}: ${out}`);
+    }
   }
 
   // ---- restart: the same state reloads
@@ -916,6 +1148,7 @@ latency:   succeeded build p50 ${L.succeeded_p50 ?? "n/a"} ms, p95 ${L.succeeded
            kiln-side timings.total_ms p50 ${L.kiln_total_p50 ?? "n/a"} ms, p95 ${L.kiln_total_p95 ?? "n/a"} ms (the client times above are request -> result over MCP)
 kiln RSS:  start (after warm-up) ${kb(summary.rss_start_kb)}, end ${kb(summary.rss_end_kb)}, max sampled ${kb(summary.rss_max_kb)}
 samples:   ${summary.sample_stats ? `${summary.sample_stats.n} every ${SAMPLE_S} s; RSS 2nd quarter ${kb(summary.sample_stats.rss_q2_kb)}, last quarter ${kb(summary.sample_stats.rss_q4_kb)} (${summary.sample_stats.rss_growth_pct} %); disk max ${summary.sample_stats.disk_max_mib} MiB${STORAGE_MAX_GB ? ` (budget ${Math.round(STORAGE_MAX_GB * 1024)} MiB)` : ""}; fds ${summary.sample_stats.fds_min}..${summary.sample_stats.fds_max}; threads ${summary.sample_stats.threads_min}..${summary.sample_stats.threads_max}; collections freed ${summary.sample_stats.gc_freed_mib ?? "n/a"} MiB` : "none"}
+events:    ${(summary.events ?? []).map((e) => `${e.kind}@${e.t_s ?? "-"}s${e.restart_to_healthz_ms != null ? ` (up in ${e.restart_to_healthz_ms} ms)` : ""}${e.done ? "" : " NOT RUN"}`).join(", ") || "none"}; RSS growth after warm-up of the last kiln ${summary.sample_stats?.rss_window_growth_pct ?? "n/a"} % over ${summary.sample_stats?.window_s ?? "n/a"} s; chart ${summary.chart ?? "none"}
 restart:   SIGTERM -> exit ${summary.stop_ms ?? "n/a"} ms; restart -> /healthz ${summary.restart_to_healthz_ms ?? "n/a"} ms; ${summary.restart_state_load ?? ""}
 journal:   ${summary.state_check ? `state-check: ${summary.state_check.builds} builds, ${summary.state_check.journal_records} records, load ${summary.state_check.load_ms} ms` : "state-check did not run"}
 checks:    ${summary.checks.passed}/${summary.checks.distinct} passed (${summary.checks.assertions} assertions), ${summary.checks.failed} failed`);
@@ -974,9 +1207,27 @@ function checkSamples() {
     check(`disk of the state directory stays under the budget (x${DISK_SLACK}) at every sample`, over.length === 0,
       over.slice(0, 5).map((x) => `t=${x.t_s}s ${Math.round((x.du_bytes ?? 0) / 1048576)} MiB`).join(", "));
   }
-  if (RSS_FLAT_PCT !== null)
-    check(`kiln RSS levels off (last quarter <= 2nd quarter + ${RSS_FLAT_PCT} %)`, summary.sample_stats.rss_growth_pct <= RSS_FLAT_PCT,
-      `${summary.sample_stats.rss_q2_kb} kB -> ${summary.sample_stats.rss_q4_kb} kB`);
+  // The last kiln process after its first third (warm-up): least-squares growth of RSS, fds and
+  // threads over the window, in % of their mean.
+  const last = xs.filter((x) => x.epoch === xs[xs.length - 1].epoch);
+  const win = last.slice(Math.floor(last.length / 3));
+  Object.assign(summary.sample_stats, {
+    window_s: win.length ? win[win.length - 1].t_s - win[0].t_s : 0, window_n: win.length,
+    rss_window_growth_pct: growthPct(win, (x) => x.rss_kb ?? 0),
+    rss_window_min_kb: Math.min(...win.map((x) => x.rss_kb ?? 0)), rss_window_max_kb: Math.max(...win.map((x) => x.rss_kb ?? 0)),
+    fds_window_min: Math.min(...win.map((x) => x.fds ?? 0)), fds_window_max: Math.max(...win.map((x) => x.fds ?? 0)),
+    threads_window_min: Math.min(...win.map((x) => x.threads ?? 0)), threads_window_max: Math.max(...win.map((x) => x.threads ?? 0)),
+  });
+  if (RSS_FLAT_PCT !== null) {
+    const g = summary.sample_stats.rss_window_growth_pct;
+    check(`kiln RSS levels off (growth over the last kiln process after warm-up within ${RSS_FLAT_PCT} %)`, g !== null && g <= RSS_FLAT_PCT,
+      `${g} % over ${summary.sample_stats.window_s} s (${summary.sample_stats.rss_window_min_kb}..${summary.sample_stats.rss_window_max_kb} kB)`);
+    const st = summary.sample_stats;
+    // fds/threads: what a sample finds varies with the builds in flight; a leak grows past that.
+    check("kiln's open fds do not grow after warm-up (no fd leak)", growthPct(win, (x) => x.fds ?? 0) <= 50 && st.fds_window_max <= st.fds_window_min + 200,
+      `${st.fds_window_min}..${st.fds_window_max}, growth ${growthPct(win, (x) => x.fds ?? 0)} %`);
+    check("kiln's threads do not grow after warm-up", st.threads_window_max <= st.threads_window_min + 64, `${st.threads_window_min}..${st.threads_window_max}`);
+  }
 }
 
 async function buildahContainers() {
@@ -995,4 +1246,79 @@ async function buildahContainers() {
     }
   }
   return found;
+}
+
+// ---- issue 19: restart helpers
+/// `kiln state-check --builds` of the state directory (kiln copies it first): its JSON, or null.
+async function stateCheck() {
+  try {
+    const r = await execFileP(KILN, ["state-check", "--state-dir", STATE, "--builds"], { maxBuffer: 256 << 20 })
+      .then((x) => x, (e) => ({ stdout: e.stdout ?? "" }));
+    return JSON.parse(r.stdout);
+  } catch { return null; }
+}
+/// Ids of the newest `n` builds the client saw per candidate (older ones compaction may drop).
+function recentPerCandidate(n) {
+  const per = new Map();
+  const out = new Set();
+  for (const rec of [...builds.values()].sort((x, y) => y.obs[0].seq - x.obs[0].seq)) {
+    const k = `${rec.domain}/${rec.candidate}`;
+    per.set(k, (per.get(k) ?? 0) + 1);
+    if (per.get(k) <= n) out.add(rec.id);
+  }
+  return out;
+}
+/// Mounts in this (the host's) mount namespace below the run's directory or the local target's
+/// staging directory.
+function leftMounts() {
+  try {
+    return fs.readFileSync("/proc/self/mountinfo", "utf8").split("\n")
+      .filter((l) => l.includes(W) || l.includes("/run/kiln-deploy/")).map((l) => l.slice(0, 200));
+  } catch { return []; }
+}
+/// Least-squares growth of y over the samples' time span, in % of the mean of y.
+function growthPct(xs, y) {
+  const n = xs.length;
+  if (n < 3) return null;
+  const mt = xs.reduce((s, x) => s + x.t_s, 0) / n, my = xs.reduce((s, x) => s + y(x), 0) / n;
+  let sxy = 0, sxx = 0;
+  for (const x of xs) { sxy += (x.t_s - mt) * (y(x) - my); sxx += (x.t_s - mt) ** 2; }
+  if (!sxx || !my) return 0;
+  const span = xs[n - 1].t_s - xs[0].t_s;
+  return Math.round(((sxy / sxx) * span / my) * 1000) / 10;
+}
+/// The PNG chart of the samples (gnuplot): RSS, disk of the state directory and per kind against
+/// the budget, fds and threads, restart events as vertical lines.
+async function writeChart(xs, events) {
+  if (!OUT_PNG || xs.length < 2) return null;
+  const kinds = [...new Set(xs.flatMap((x) => Object.keys(x.disk_by_kind ?? {})))].sort();
+  const dat = path.join(W, "soak_samples.dat");
+  const mib = (b) => ((b ?? 0) / 1048576).toFixed(2);
+  fs.writeFileSync(dat, xs.map((x) => [x.t_s, mib((x.rss_kb ?? 0) * 1024), mib(x.du_bytes ?? x.disk_bytes), x.fds ?? 0, x.threads ?? 0,
+    ...kinds.map((k) => mib(x.disk_by_kind?.[k]))].join(" ")).join("\n") + "\n");
+  const arrows = (events ?? []).filter((e) => e.t_s).map((e, i) =>
+    `set arrow ${i + 1} from ${e.t_s}, graph 0 to ${e.t_s}, graph 1 nohead dt 2 lc rgb "${e.kind === "kill" ? "red" : "blue"}"`).join("\n");
+  const budget = STORAGE_MAX_GB ? `, ${STORAGE_MAX_GB * 1024} title "budget (storage.max_gb)" lw 2 lc rgb "red"` : "";
+  const script = `set terminal pngcairo size 1200,1100 font ",10" noenhanced
+set output "${OUT_PNG}"
+set multiplot layout 3,1 title "kiln soak: ${DOMAINS} domains x ${CANDIDATES} candidates, ${builds.size} builds (dashed: red kill -9 restart, blue registry restart)"
+set grid
+set xlabel "time (s)"
+${arrows}
+set ylabel "kiln VmRSS (MiB)"
+set yrange [0:*]
+plot "${dat}" using 1:2 with lines lw 2 title "RSS"
+set ylabel "disk (MiB)"
+plot "${dat}" using 1:3 with lines lw 2 title "state directory (du)"${kinds.map((k, i) => `, "" using 1:${6 + i} with lines title "${k}"`).join("")}${budget}
+set ylabel "count"
+plot "${dat}" using 1:4 with lines lw 2 title "open fds", "" using 1:5 with lines lw 2 title "threads"
+unset multiplot
+`;
+  try {
+    fs.mkdirSync(path.dirname(OUT_PNG), { recursive: true });
+    const f = path.join(W, "soak.gp");
+    fs.writeFileSync(f, script);
+    await execFileP("gnuplot", [f]);
+    return OUT_PNG;
+  } catch (e) { note(`chart not written: ${e.message}`); return null; }
 }

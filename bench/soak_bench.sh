@@ -11,7 +11,11 @@
 # iteration). Small CI mode: DOMAINS=2 CANDIDATES=2 ITERATIONS=3 (a couple of minutes).
 # Other knobs (see the header of soak_bench.mjs): P_BREAK P_CANCEL P_DUP P_DEPLOY DUP_EXPECT
 # SOAK_PARENT SOAK_JSON; issue 19: STORAGE_MAX_GB (storage budget, split per domain), GC_INTERVAL_S,
-# SAMPLE_S (RSS/disk/fd/thread samples into soak.json), DISK_SLACK, RSS_FLAT_PCT. Runs as root (bubblewrap, registry); installs the MCP SDK on first use.
+# SAMPLE_S (RSS/disk/fd/thread samples into soak.json), DISK_SLACK, RSS_FLAT_PCT, KILLS and
+# REGISTRY_RESTARTS (kill -9 / registry restarts during the loop, at EVENT_STEP intervals), LOOP_S
+# (time-bounded loop), MIN_BUILDS, SOAK_PNG (chart). The long soak (docs/benchmarks.md):
+#   DOMAINS=2 CANDIDATES=4 ITERATIONS=1000 LOOP_S=2160 SOAK_TIMEOUT_S=2700 KILLS=2 REGISTRY_RESTARTS=1 \
+#   EVENT_STEP=0.05 STORAGE_MAX_GB=0.3 RSS_FLAT_PCT=10 MIN_BUILDS=1500 nice -n 10 bench/soak_bench.sh Runs as root (bubblewrap, registry); installs the MCP SDK on first use.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export KILN="$(realpath "${KILN:-$ROOT/build/app/kiln}")"

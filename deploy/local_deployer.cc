@@ -215,6 +215,11 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
 
   progress("fetching layers");
   Fetched img;
+  // Issue 19: every registry request of the fetch ends by the deploy's fetch bound.
+  RegistryDeadlineScope fetch_deadline(
+      std::chrono::steady_clock::now() + opts_.fetch_timeout,
+      "the local deploy's image fetch limit (" +
+          std::to_string(opts_.fetch_timeout.count() / 1000) + " s)");
   if (Status st = FetchImage(ref.repository, ref.digest, progress, cancel, &img); !st.ok()) {
     if (st.code() == Status::Code::kCancelled) return Failed("Cancelled", "deploy cancelled");
     return Failed("ImageFetchFailed", "fetching " + req.image + ": " + st.message());

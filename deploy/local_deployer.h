@@ -47,6 +47,9 @@ class TcpForwarder;
 struct LocalDeployerOptions {
   /// From the start of the process until the first 200 on health_path.
   std::chrono::milliseconds start_timeout{30000};
+  /// Issue 19: the image fetch (manifest, config, layers) ends by this bound; a registry that
+  /// stalls fails the deploy (ImageFetchFailed, infrastructure) instead of holding it.
+  std::chrono::milliseconds fetch_timeout{300000};
   /// After the switch, how long the previous candidate may finish the connections it is
   /// serving before it is stopped (it stops as soon as they are closed).
   std::chrono::milliseconds drain{2000};

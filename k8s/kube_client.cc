@@ -40,7 +40,20 @@ void SetErr(KubeCallError* err, int status, std::string reason) {
 
 std::string Quoted(const std::string& m) { return m.empty() ? "" : ": " + m; }
 
+thread_local std::optional<std::chrono::steady_clock::time_point> tls_call_deadline;
+
 }  // namespace
+
+KubeCallDeadline::KubeCallDeadline(std::chrono::steady_clock::time_point deadline)
+    : previous_(tls_call_deadline) {
+  tls_call_deadline = deadline;
+}
+
+KubeCallDeadline::~KubeCallDeadline() { tls_call_deadline = previous_; }
+
+std::optional<std::chrono::steady_clock::time_point> KubeCallDeadline::Current() {
+  return tls_call_deadline;
+}
 
 std::string KubeClient::Object::Describe() const {
   std::string r = group.empty() ? resource : resource + "." + group;
@@ -82,12 +95,29 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
   Status last;
   bool reread_token = false;
   int attempts = std::max(1, opts_.attempts);
+  const auto deadline = KubeCallDeadline::Current();
+  // Issue 19: the time left before the caller's deadline bounds each step; none left ends the call.
+  auto io_timeout = [&]() -> std::optional<std::chrono::milliseconds> {
+    if (!deadline) return opts_.io_timeout;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        *deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    return std::min(opts_.io_timeout, left);
+  };
+  auto out_of_time = [&]() {
+    SetErr(err, 0, "Unavailable");
+    return Status::Unavailable(where + ": no answer to " + method + " " + path +
+                               " before the deploy's deadline" +
+                               (last.ok() ? "" : " (last error: " + last.message() + ")"));
+  };
   for (int attempt = 0; attempt < attempts; ++attempt) {
     if (attempt > 0) {
       spdlog::warn("{}: retrying {} {} (attempt {}): {}", where, method, path, attempt + 1,
                    last.message());
       SleepBeforeRetry(opts_.backoff_base, attempt);
     }
+    const auto step_timeout = io_timeout();
+    if (!step_timeout) return out_of_time();
     HttpClientRequest req;
     req.method = method;
     req.target = target;
@@ -107,7 +137,7 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
     }
     HttpResult x;
     try {
-      x = HttpRoundTrip(origin_, tls_.get(), req, opts_.io_timeout, resp);
+      x = HttpRoundTrip(origin_, tls_.get(), req, *step_timeout, resp);
     } catch (const std::exception& e) {
       SetErr(err, 0, "Unavailable");
       return Status::Internal(where + ": " + e.what());

@@ -19,11 +19,16 @@
 //
 // Thread-safety: thread-safe; calls may run concurrently on many threads. Each call opens its own
 // connection; the shared state (TLS context, token source) is immutable or internally locked.
-// Calls block the calling thread (each I/O step has a timeout).
+// Calls block the calling thread (each I/O step has a timeout). Issue 19: while a
+// KubeCallDeadline lives on the calling thread, no call on that thread outlasts it: each I/O step
+// waits at most until the deadline, no retry starts after it, and a call that reaches it fails
+// Unavailable (err->reason "Unavailable") — a stalled API server cannot hold a deploy beyond its
+// rollout timeout.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -52,6 +57,22 @@ struct KubeCallError {
   std::string group;        // "apps" or "" (core)
   std::string what;         // 'deployments.apps "web" in namespace "loop"'
   std::string api_message;  // the API's Status message ("" when none)
+};
+
+/// Issue 19: bounds every KubeClient call made on the constructing thread until destroyed (the
+/// deploy's deadline). Scopes nest; the innermost counts. Thread-safety: thread-local state only;
+/// create and destroy on the same thread.
+class KubeCallDeadline {
+ public:
+  explicit KubeCallDeadline(std::chrono::steady_clock::time_point deadline);
+  ~KubeCallDeadline();
+  KubeCallDeadline(const KubeCallDeadline&) = delete;
+  KubeCallDeadline& operator=(const KubeCallDeadline&) = delete;
+  /// The calling thread's innermost deadline, if any.
+  static std::optional<std::chrono::steady_clock::time_point> Current();
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> previous_;
 };
 
 class KubeClient {

@@ -255,6 +255,9 @@ DeployResult KubernetesDeployer::Deploy(const DeployRequest& req, const DeployPr
                            ? *opts_.rollout_timeout
                            : std::chrono::milliseconds(int64_t{cfg_.rollout_timeout_s} * 1000);
   const auto deadline = start + timeout;
+  // Issue 19: every API call of this deploy ends by the deadline (a stalled API server included);
+  // a little beyond it so the last poll can still report what it saw.
+  KubeCallDeadline call_deadline(deadline + std::chrono::seconds(1));
   auto done = [&](DeployResult r, bool changed) {
     r.changed = changed;
     r.elapsed_ms =

@@ -31,6 +31,7 @@ using json = nlohmann::json;
 const std::string kHexA(64, 'a');
 const std::string kHexB(64, 'b');
 const std::string kHexC(64, 'c');
+const std::string kHexD(64, 'd');
 const char kUser[] = "system:serviceaccount:loop:kiln";
 
 std::string Image(const std::string& repo, const std::string& hex) {
@@ -545,6 +546,45 @@ TEST_F(FakeApiTest, ServerErrorsAreRetriedWithBackoff) {
             std::string::npos)
       << st.message();
   EXPECT_EQ(st.message().find("127.0.0.1"), std::string::npos) << st.message();
+}
+
+// Issue 19: an API server that accepts and reads requests but never answers. Each I/O step may
+// wait a minute (io_timeout) and there are 4 attempts per call, so without the deploy's deadline
+// bounding every call the deploy would hang for minutes; with it, it fails as an infrastructure
+// problem shortly after its 2 s rollout timeout. The bound asserted (30 s) is far from both.
+TEST_F(FakeApiTest, StalledApiServerFailsTheDeployWithinItsTimeout) {
+  StartFake();
+  Seed();
+  auto opts = Options();
+  opts.rollout_timeout = std::chrono::seconds(2);
+  opts.client.io_timeout = std::chrono::seconds(60);
+  auto d = Deployer("good-token", "web", "app", opts);
+  for (bool mid_rollout : {false, true}) {
+    SCOPED_TRACE(mid_rollout ? "stalled after the patch" : "stalled from the first call");
+    int status = 0;
+    if (!mid_rollout) Fake("POST", "/_fake/stall?seconds=120", nullptr, &status);
+    bool stalled = !mid_rollout;
+    DeployProgressFn progress = [&](const std::string& line) {
+      if (!stalled && line.rfind("patched ", 0) == 0) {
+        Fake("POST", "/_fake/stall?seconds=120");
+        stalled = true;
+      }
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    DeployResult r = d->Deploy(Request(Image("loop/app", mid_rollout ? kHexC : kHexB)), progress,
+                               nullptr);
+    const auto elapsed = std::chrono::steady_clock::now() - t0;
+    Fake("POST", "/_fake/stall?seconds=0");
+    EXPECT_TRUE(stalled);
+    EXPECT_EQ(r.state, DeployState::kFailed) << r.message;
+    EXPECT_EQ(r.error_kind, "infrastructure") << r.reason << ": " << r.message;
+    EXPECT_EQ(r.reason, "Unavailable") << r.message;
+    EXPECT_LT(elapsed, std::chrono::seconds(30)) << r.message;
+    EXPECT_EQ(r.message.find("127.0.0.1"), std::string::npos) << r.message;
+  }
+  // The server answers again: the next deploy rolls out.
+  DeployResult ok = d->Deploy(Request(Image("loop/app", kHexD)), nullptr, nullptr);
+  EXPECT_EQ(ok.state, DeployState::kRolledOut) << ok.message;
 }
 
 TEST_F(FakeApiTest, PersistentConflictFails) {

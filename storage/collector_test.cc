@@ -1,6 +1,7 @@
 #include "storage/collector.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -138,6 +139,32 @@ TEST_F(CollectorTest, InventoryFindsEveryKindAndSizesIt) {
   EXPECT_EQ(by_id["keys/" + key + ".json"].images, (std::vector<std::string>{"sha256:11"}));
   EXPECT_EQ(leased, (std::set<std::string>{"domains/a/deploy/rootfs/1-abc"}));
   for (const auto& it : items) EXPECT_EQ(it.id.find("zzz"), std::string::npos) << it.id;
+}
+
+// Issue 19: kill -9 during a cache write leaves its temporary file; the next collection removes
+// it whatever the budget. A temporary file whose writer is alive is neither counted nor touched.
+TEST_F(CollectorTest, TemporaryFilesOfGoneProcessesAreCollectedLiveOnesAreNot) {
+  const std::string me = std::to_string(::getpid());
+  const std::string gone = "1073741000";  // above any pid_max: no such process
+  File("domains/a/cache/outputs/.tmp-" + gone + "-s3", kMiB);
+  File("domains/a/cache/outputs/.tmp-" + me + "-s4", kMiB);
+  File("domains/a/cache/outputs/done.layer", kMiB);
+  File("domains/a/deploy/blobs/sha256/" + std::string(64, 'c') + ".tmp" + gone, kMiB);
+  File("domains/a/deploy/blobs/sha256/" + std::string(64, 'd') + ".tmp" + me, kMiB);
+  auto items = ScanInventory(dir_, *config_, nullptr);
+  std::set<std::string> ids;
+  for (const auto& it : items) ids.insert(it.id);
+  EXPECT_FALSE(ids.count("domains/a/cache/outputs/.tmp-" + me + "-s4"));
+  EXPECT_TRUE(ids.count("domains/a/cache/outputs/.tmp-" + gone + "-s3"));
+  StorageCollector collector(config_, dir_, nullptr, nullptr);
+  GcRunReport r = collector.RunOnce({}, /*dry_run=*/false, NowMs());  // no budget: age rules only
+  auto exists = [&](const std::string& rel) { return fs::exists(fs::path(dir_) / rel); };
+  EXPECT_FALSE(exists("domains/a/cache/outputs/.tmp-" + gone + "-s3"));
+  EXPECT_FALSE(exists("domains/a/deploy/blobs/sha256/" + std::string(64, 'c') + ".tmp" + gone));
+  EXPECT_TRUE(exists("domains/a/cache/outputs/.tmp-" + me + "-s4"));
+  EXPECT_TRUE(exists("domains/a/deploy/blobs/sha256/" + std::string(64, 'd') + ".tmp" + me));
+  EXPECT_TRUE(exists("domains/a/cache/outputs/done.layer"));
+  EXPECT_EQ(r.deleted, 2u);
 }
 
 TEST_F(CollectorTest, DiskUsageNeverFollowsSymlinks) {

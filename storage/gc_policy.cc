@@ -125,6 +125,8 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
       remove(i, "workspace of a candidate idle longer than the workspace idle window");
     } else if (item.kind == StorageKind::kKeyEntry && item.dangling) {
       remove(i, "build-key cache entry whose image is gone");
+    } else if (item.leftover) {
+      remove(i, "temporary file of a kiln process that is gone");
     } else if (item.kind == StorageKind::kDeployRootfs) {
       remove(i, "rootfs of an image that is no longer deployed");
     }

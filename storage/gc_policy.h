@@ -62,6 +62,8 @@ struct StorageItem {
   std::vector<std::string> images;
   /// A build-key entry whose image is known to be gone from the registry.
   bool dangling = false;
+  /// Issue 19: a temporary file whose writer (a kiln process) is gone, e.g. after kill -9.
+  bool leftover = false;
 };
 
 struct GcLeases {

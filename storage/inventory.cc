@@ -1,7 +1,11 @@
 #include "storage/inventory.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -47,6 +51,21 @@ Usage Measure(const std::string& path) {
   }
   return u;
 }
+
+// Issue 19: the writer's pid of a temporary file kiln writes beside the entries of a cache
+// directory and renames into place: ".tmp-<pid>-<n>" (layered outputs) or "<hex>.tmp<pid>"
+// (local deploy blobs); 0 when `name` is not one.
+pid_t TempWriter(const std::string& name) {
+  size_t at = std::string::npos;
+  if (name.rfind(".tmp-", 0) == 0) at = 5;
+  else if (size_t t = name.rfind(".tmp"); t != std::string::npos && t > 0) at = t + 4;
+  if (at == std::string::npos || at >= name.size() || !isdigit(static_cast<unsigned char>(name[at])))
+    return 0;
+  long pid = std::strtol(name.c_str() + at, nullptr, 10);
+  return pid > 0 && pid < (1L << 30) ? static_cast<pid_t>(pid) : 0;
+}
+
+bool ProcessExists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
 bool IsDir(const fs::path& p) {
   std::error_code ec;
@@ -103,13 +122,21 @@ std::vector<StorageItem> ScanInventory(const std::string& state_dir, const Confi
       Add(&items, state_dir, StorageKind::kCandidateStorage, d, c, cbase + "/storage");
       Add(&items, state_dir, StorageKind::kWorkspace, d, c, cbase + "/src");
     }
+    // A cache entry being written (its temporary file, its writer alive) is not counted and
+    // never collected; one left by a kiln process that is gone (kill -9) is a leftover.
+    auto cache_entry = [&](StorageKind kind, const std::string& rel, const std::string& name) {
+      pid_t writer = TempWriter(name);
+      if (writer && ProcessExists(writer)) return;
+      Add(&items, state_dir, kind, d, "", rel);
+      if (writer && !items.empty() && items.back().id == rel) items.back().leftover = true;
+    };
     for (const auto& e : Entries(droot / "cache" / "outputs"))
-      Add(&items, state_dir, StorageKind::kLayeredOutput, d, "", base + "/cache/outputs/" + e);
+      cache_entry(StorageKind::kLayeredOutput, base + "/cache/outputs/" + e, e);
     Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/rootless");
     for (const auto& e : Entries(droot / "cache" / "layered"))
       Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/layered/" + e);
     for (const auto& e : Entries(droot / "deploy" / "blobs" / "sha256"))
-      Add(&items, state_dir, StorageKind::kDeployBlob, d, "", base + "/deploy/blobs/sha256/" + e);
+      cache_entry(StorageKind::kDeployBlob, base + "/deploy/blobs/sha256/" + e, e);
     for (const auto& e : Entries(droot / "deploy" / "rootfs")) {
       std::string rel = base + "/deploy/rootfs/" + e;
       Add(&items, state_dir, StorageKind::kDeployRootfs, d, "", rel);

@@ -143,6 +143,33 @@ TEST(GitRepoOpenTest, RejectsRelativePathAndNonRepository) {
             Status::Code::kFailedPrecondition);
 }
 
+// Issue 19: under a GitDeadlineScope (the build's deadline) a hanging git process is killed at
+// the deadline, not at its own much longer timeout, and the error names the caller's bound.
+TEST(GitDeadlineScopeTest, HangingGitEndsAtTheCallersDeadline) {
+  GitCommand cmd;
+  cmd.args = {"-c", "alias.hang=!sleep 40", "hang"};
+  cmd.timeout_ms = 120 * 1000;
+  GitResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st;
+  {
+    GitDeadlineScope scope(t0 + std::chrono::milliseconds(300), "the build's timeout (test)");
+    st = DefaultGitRunner()->Run(cmd, &r);
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.message();
+  EXPECT_NE(st.message().find("did not finish within the build's timeout (test)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_LT(elapsed, std::chrono::seconds(30));  // killed, not waited for (sleep 40)
+  // Outside the scope the command's own timeout applies again.
+  cmd.args = {"-c", "alias.hang=!sleep 40", "hang"};
+  cmd.timeout_ms = 200;
+  st = DefaultGitRunner()->Run(cmd, &r);
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded);
+  EXPECT_NE(st.message().find("within 200 ms"), std::string::npos) << st.message();
+}
+
 TEST_F(GitRepoTest, ResolvesBranchToCommitAndTree) {
   clone_->Write("main.go", "package main\n");
   std::string c1 = clone_->Commit("one");

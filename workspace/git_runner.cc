@@ -19,6 +19,10 @@ namespace kiln {
 namespace {
 
 constexpr size_t kMaxStderr = 64 * 1024;
+
+// Issue 19: this thread's GitDeadlineScope.
+thread_local std::optional<std::chrono::steady_clock::time_point> tls_git_deadline;
+thread_local std::string tls_git_deadline_what;
 constexpr const char* kChildPath = "/usr/local/bin:/usr/bin:/bin";
 
 // Owns up to six fds (Run's pipe ends); closes them on destruction.
@@ -143,6 +147,11 @@ Status PosixGitRunner::Run(const GitCommand& cmd, GitResult* result) {
   if (*in_w >= 0) ::fcntl(*in_w, F_SETFL, O_NONBLOCK);
 
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cmd.timeout_ms);
+  std::string limit = std::to_string(cmd.timeout_ms) + " ms";
+  if (tls_git_deadline && *tls_git_deadline < deadline) {  // issue 19: the caller's deadline first
+    deadline = *tls_git_deadline;
+    limit = tls_git_deadline_what;
+  }
   size_t written = 0;
   bool timed_out = false;
   char buf[65536];
@@ -191,8 +200,7 @@ Status PosixGitRunner::Run(const GitCommand& cmd, GitResult* result) {
     ::kill(-pid, SIGKILL);
     WaitForExit(pid);
     return Status::DeadlineExceeded("git " + (cmd.args.empty() ? std::string() : cmd.args[0]) +
-                                    " did not finish within " + std::to_string(cmd.timeout_ms) +
-                                    " ms");
+                                    " did not finish within " + limit);
   }
   result->exit_code = WaitForExit(pid);
   return Status::Ok();
@@ -201,6 +209,18 @@ Status PosixGitRunner::Run(const GitCommand& cmd, GitResult* result) {
 GitRunner* DefaultGitRunner() {
   static PosixGitRunner* runner = new PosixGitRunner();
   return runner;
+}
+
+GitDeadlineScope::GitDeadlineScope(std::chrono::steady_clock::time_point deadline,
+                                   std::string what)
+    : prev_deadline_(tls_git_deadline), prev_what_(tls_git_deadline_what) {
+  tls_git_deadline = deadline;
+  tls_git_deadline_what = std::move(what);
+}
+
+GitDeadlineScope::~GitDeadlineScope() {
+  tls_git_deadline = prev_deadline_;
+  tls_git_deadline_what = std::move(prev_what_);
 }
 
 }  // namespace kiln

@@ -10,6 +10,8 @@
 // `--end-of-options` before revisions, so no argument can become an option.
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,24 @@ class PosixGitRunner : public GitRunner {
  public:
   Status Run(const GitCommand& cmd, GitResult* result) override;
 };
+
+// --- Issue 19: every wait bounded ---
+/// While alive, every git process PosixGitRunner runs on this thread ends by `deadline` (the
+/// build's): its timeout is min(cmd.timeout_ms, time left), and a command started with no time
+/// left is killed at once: DeadlineExceeded "git <cmd> did not finish within <what>". Nested
+/// scopes: the inner one applies until it ends. Per thread; not shared.
+class GitDeadlineScope {
+ public:
+  GitDeadlineScope(std::chrono::steady_clock::time_point deadline, std::string what);
+  ~GitDeadlineScope();
+  GitDeadlineScope(const GitDeadlineScope&) = delete;
+  GitDeadlineScope& operator=(const GitDeadlineScope&) = delete;
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> prev_deadline_;
+  std::string prev_what_;
+};
+// --- end issue 19 ---
 
 /// A process-wide PosixGitRunner (never destroyed). Thread-safe.
 GitRunner* DefaultGitRunner();

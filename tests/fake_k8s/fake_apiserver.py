@@ -43,6 +43,9 @@ Test control (no auth; the server binds 127.0.0.1 only):
   POST /_fake/state            {"deployments": [Deployment, ...]} seeds (settled) deployments
   POST /_fake/conflicts?count=N  the next N PATCHes are answered 409 Conflict
   POST /_fake/errors?count=N&code=503  the next N API requests are answered with that status
+  POST /_fake/stall?seconds=S  API requests read until S seconds from now are held unanswered
+                               (the request is read, no byte is sent back) until then;
+                               seconds=0 ends a stall
   GET  /_fake/stats            {"patch_requests": n, "patches_applied": n, "requests": [...]}
   GET  /_fake/deployments/{ns}/{name}  the stored object, without auth
 
@@ -236,6 +239,7 @@ class Cluster:
         self.rv = 1000
         self.conflicts = 0
         self.errors = []  # status codes for the next API requests (e.g. 503), oldest first
+        self.stall_until = 0.0  # time.monotonic() until which API requests get no answer
         self.patch_requests = 0
         self.patches_applied = 0
         self.requests = []
@@ -784,6 +788,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.control(method, url.path, query, body)
         cluster = self.server.cluster
         with cluster.lock:
+            stall_until = cluster.stall_until
+        while time.monotonic() < stall_until:  # accepted and read, never answered (issue 19)
+            time.sleep(0.05)
+            with cluster.lock:
+                stall_until = min(stall_until, cluster.stall_until)
+        with cluster.lock:
             injected = cluster.errors.pop(0) if cluster.errors else None
         if injected is not None:
             self.record(injected)
@@ -1010,6 +1020,11 @@ class Handler(BaseHTTPRequestHandler):
                 code = int(query.get("code", ["503"])[0])
                 c.errors = [code] * int(query.get("count", ["1"])[0])
             return self.send_json(200, {"errors": len(c.errors)})
+        if path == "/_fake/stall" and method == "POST":
+            seconds = float(query.get("seconds", ["3600"])[0])
+            with c.lock:
+                c.stall_until = time.monotonic() + seconds if seconds > 0 else 0.0
+            return self.send_json(200, {"stall_s": seconds})
         if path == "/_fake/stats" and method == "GET":
             with c.lock:
                 return self.send_json(200, {"patch_requests": c.patch_requests,
