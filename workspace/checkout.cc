@@ -90,10 +90,21 @@ class WorkspaceGit {
     return Status::Ok();
   }
 
-  // clean, read-tree --reset -u, verify. Any failure or difference → non-OK.
-  Status Sync(const std::string& tree) {
+  // clean, refresh, read-tree --reset -u, verify. Any failure or difference → non-OK.
+  // The refresh re-hashes the files whose stat data no longer matches the index (a layered
+  // build's chown to the build user changes every ctime) and records the new stat data of those
+  // whose content is unchanged. Without it `read-tree --reset -u` rewrites every stat-dirty file:
+  // every file of the tree on every layered build (new mtimes, cold mtime-based caches). With
+  // it, only files whose content differs from the index are written. Safe against a build that
+  // edits a file and restores its mtime: the edit changes the ctime (which nobody can set),
+  // so the file is re-hashed and, its content differing, rewritten (git's defaults
+  // core.trustctime and core.checkStat; kiln's repositories never change them).
+  Status Sync(const std::string& tree, bool refresh) {
     GitResult r;
     Status s = Run({"clean", "-ffdxq"}, &r);
+    // Exit 1: some files still differ (read-tree rewrites them).
+    if (s.ok() && refresh)
+      s = Run({"update-index", "-q", "--refresh"}, &r, /*allow_exit_1=*/true);
     if (s.ok()) s = Run({"read-tree", "--reset", "-u", "--end-of-options", tree}, &r);
     if (s.ok()) s = Verify();
     return s;
@@ -194,7 +205,7 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
 
   bool fast = !old_tree.empty() && fs::exists(l.index, ec);
   if (fast) {
-    s = git.Sync(tree);
+    s = git.Sync(tree, /*refresh=*/true);
     if (s.ok()) {
       GitResult diff;
       if (old_tree != tree && git.Run({"diff-tree", "-r", "-z", "--name-only", "--no-renames",
@@ -208,7 +219,7 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
     stats->full_reset = true;
     ::unlink(l.index.c_str());
     s = EmptyDirectory(l.ws);
-    if (s.ok()) s = git.Sync(tree);
+    if (s.ok()) s = git.Sync(tree, /*refresh=*/false);
     if (!s.ok()) return NoteFullDisk(s, l.ws);
     GitResult files;
     if (git.Run({"ls-files", "-z"}, &files).ok()) stats->files_written = CountNul(files.out);
