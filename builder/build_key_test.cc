@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "builder/layered_builder.h"
 #include "builder/log_buffer.h"
 #include "common/sha256.h"
 
@@ -44,6 +45,34 @@ TEST(BuildKey, EveryInputChangesTheKey) {
   d = Domain();
   d.build.timeout_s = 5;
   EXPECT_EQ(base, ComputeBuildKey("epp", "git-tree:abc", d, r, {"sha256:1"}));
+}
+
+// Issue 18: build.layered.compression decides the layer's bytes, so it is part of the key.
+TEST(BuildKey, LayerCompressionChangesTheKey) {
+  RegistryConfig r{"local", "http://127.0.0.1:5000", {}, {}};
+  auto d = Domain();
+  d.build.layered.emplace();
+  auto key = [&](const std::string& c) {
+    d.build.layered->compression = c;
+    return ComputeBuildKey("epp", "git-tree:abc", d, r, {"sha256:1"});
+  };
+  EXPECT_NE(key("auto"), key("gzip"));
+  EXPECT_NE(key("gzip"), key("none"));
+  EXPECT_NE(key("auto"), key("none"));
+}
+
+TEST(LayeredCompression, AutoStoresPlainTarOnlyForALoopbackRegistry) {
+  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "http://127.0.0.1:5000"));
+  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "https://127.0.2.3"));
+  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "http://LocalHost:5000"));
+  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "https://[::1]:5443"));
+  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "https://registry.example.com"));
+  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "http://10.0.0.5:5000"));
+  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "http://127.example.com:5000"));
+  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "http://localhost.example.com"));
+  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "https://[::2]:5443"));
+  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("gzip", "http://127.0.0.1:5000"));
+  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("none", "https://registry.example.com"));
 }
 
 TEST(LogBuffer, ReadsByOffsetAndCompletes) {

@@ -24,6 +24,7 @@ namespace kiln {
 
 inline constexpr char kOciImageConfigType[] = "application/vnd.oci.image.config.v1+json";
 inline constexpr char kOciLayerTarGzip[] = "application/vnd.oci.image.layer.v1.tar+gzip";
+inline constexpr char kOciLayerTar[] = "application/vnd.oci.image.layer.v1.tar";
 inline constexpr char kOciImageManifestType[] = "application/vnd.oci.image.manifest.v1+json";
 
 /// A content descriptor (descriptor.md: mediaType, digest, size are required).

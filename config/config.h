@@ -80,6 +80,10 @@ struct LayeredBuild {
   std::map<std::string, std::string> caches;  // env var -> cache name
   std::vector<LayeredOutput> outputs;
   std::vector<std::string> entrypoint;
+  /// Issue 18: the new layer's encoding. "auto" (default): "none" when the domain's registry is
+  /// on the loopback (no network to save bytes on), "gzip" otherwise. "gzip": level 1, parallel.
+  /// "none": the uncompressed tar (media type ...layer.v1.tar; its digest is the diff_id).
+  std::string compression = "auto";
 };
 
 // --- Issue 15: sandboxes with limits (build.limits, deploy.local.limits) ---

@@ -870,7 +870,8 @@ void ConfigReader::ReadContainerfile(const json& obj, const std::string& path,
 }
 
 void ConfigReader::ReadLayered(const json& obj, const std::string& path, LayeredBuild* out) {
-  CheckKeys(obj, path, {"base_image", "command", "env", "caches", "outputs", "entrypoint"});
+  CheckKeys(obj, path,
+            {"base_image", "command", "env", "caches", "outputs", "entrypoint", "compression"});
   if (ReadString(obj, "base_image", path, true, &out->base_image))
     CheckBaseImage(out->base_image, Join(path, "base_image"));
   if (ReadStringList(obj, "command", path, true, &out->command)) {
@@ -925,6 +926,9 @@ void ConfigReader::ReadLayered(const json& obj, const std::string& path, Layered
     }
   }
   ReadStringList(obj, "entrypoint", path, false, &out->entrypoint);
+  if (ReadString(obj, "compression", path, false, &out->compression) &&
+      out->compression != "auto" && out->compression != "gzip" && out->compression != "none")
+    Problem(Join(path, "compression"), "must be \"auto\", \"gzip\" or \"none\"");
 }
 
 void ConfigReader::CheckBaseImage(const std::string& image, const std::string& path) {

@@ -938,6 +938,22 @@ TEST_F(ConfigParserTest, ExampleConfigValidatesWhenItsAuthFileExists) {
   EXPECT_EQ(c2.domains.at("epp").deploy.type, "none");
 }
 
+// Issue 18.
+TEST_F(ConfigParserTest, LayeredCompressionIsAutoGzipOrNone) {
+  Config c;
+  ASSERT_TRUE(Parse(Valid(), &c).empty());
+  EXPECT_EQ(c.domains.at("epp").build.layered->compression, "auto");
+  for (const char* v : {"gzip", "none", "auto"}) {
+    json j = Valid();
+    j["domains"]["epp"]["build"]["layered"]["compression"] = v;
+    ASSERT_TRUE(Parse(j, &c).empty()) << v;
+    EXPECT_EQ(c.domains.at("epp").build.layered->compression, v);
+  }
+  json j = Valid();
+  j["domains"]["epp"]["build"]["layered"]["compression"] = "zstd";
+  ExpectOnly(j, "domains.epp.build.layered.compression");
+}
+
 TEST_F(ConfigParserTest, KubernetesLayeredExampleValidates) {
   CopyFile(std::string(KILN_CONFIG_EXAMPLES_DIR) + "/kiln.k8s-layered.example.json",
            dir_ + "/kiln.json");
