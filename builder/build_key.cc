@@ -29,10 +29,10 @@ std::string ComputeBuildKey(const std::string& domain, const std::string& source
     for (const auto& o : l.outputs) outs.push_back({o.from, o.to});
     j["layered"] = {{"base_image", l.base_image}, {"command", l.command}, {"env", l.env},
                     {"caches", l.caches},         {"outputs", outs},      {"entrypoint", l.entrypoint}};
-    // Issue 18: another layer encoding is another image ("auto" is fixed by registry_url below;
-    // left out so that keys of existing configs do not change).
-    if (l.compression != "auto") j["layered"]["compression"] = l.compression;
   }
+  // Issue 18: another layer encoding is another image ("auto" is fixed by registry_url below;
+  // left out so that keys of existing configs do not change).
+  if (dc.build.compression != "auto") j["compression"] = dc.build.compression;
   j["image"] = {{"registry_url", registry.url}, {"repository", dc.image.repository}};
   j["bases"] = base_digests;
   return Sha256Hex(j.dump());

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "builder/layered_builder.h"
+#include "builder/oci_image.h"
 #include "builder/log_buffer.h"
 #include "common/sha256.h"
 
@@ -47,13 +47,12 @@ TEST(BuildKey, EveryInputChangesTheKey) {
   EXPECT_EQ(base, ComputeBuildKey("epp", "git-tree:abc", d, r, {"sha256:1"}));
 }
 
-// Issue 18: build.layered.compression decides the layer's bytes, so it is part of the key.
+// Issue 18: build.compression decides the layer's bytes, so it is part of the key.
 TEST(BuildKey, LayerCompressionChangesTheKey) {
   RegistryConfig r{"local", "http://127.0.0.1:5000", {}, {}};
   auto d = Domain();
-  d.build.layered.emplace();
   auto key = [&](const std::string& c) {
-    d.build.layered->compression = c;
+    d.build.compression = c;
     return ComputeBuildKey("epp", "git-tree:abc", d, r, {"sha256:1"});
   };
   EXPECT_NE(key("auto"), key("gzip"));
@@ -62,17 +61,17 @@ TEST(BuildKey, LayerCompressionChangesTheKey) {
 }
 
 TEST(LayeredCompression, AutoStoresPlainTarOnlyForALoopbackRegistry) {
-  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "http://127.0.0.1:5000"));
-  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "https://127.0.2.3"));
-  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "http://LocalHost:5000"));
-  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("auto", "https://[::1]:5443"));
-  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "https://registry.example.com"));
-  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "http://10.0.0.5:5000"));
-  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "http://127.example.com:5000"));
-  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "http://localhost.example.com"));
-  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("auto", "https://[::2]:5443"));
-  EXPECT_FALSE(LayeredBuilder::UncompressedLayer("gzip", "http://127.0.0.1:5000"));
-  EXPECT_TRUE(LayeredBuilder::UncompressedLayer("none", "https://registry.example.com"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "http://127.0.0.1:5000"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "https://127.0.2.3"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "http://LocalHost:5000"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "https://[::1]:5443"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "https://registry.example.com"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "http://10.0.0.5:5000"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "http://127.example.com:5000"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "http://localhost.example.com"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "https://[::2]:5443"));
+  EXPECT_FALSE(StoreLayersUncompressed("gzip", "http://127.0.0.1:5000"));
+  EXPECT_TRUE(StoreLayersUncompressed("none", "https://registry.example.com"));
 }
 
 TEST(LogBuffer, ReadsByOffsetAndCompletes) {

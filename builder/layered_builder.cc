@@ -69,27 +69,6 @@ class CountingSink : public ByteSink {
 };
 }  // namespace
 
-bool LayeredBuilder::UncompressedLayer(const std::string& compression, const std::string& registry_url) {
-  if (compression == "none") return true;
-  if (compression != "auto") return false;
-  // http(s)://host[:port]: the host, without brackets or port.
-  std::string rest = registry_url.substr(registry_url.find("://") == std::string::npos ? 0 : registry_url.find("://") + 3);
-  rest = rest.substr(0, rest.find('/'));
-  std::string host;
-  if (!rest.empty() && rest[0] == '[') {
-    host = rest.substr(1, rest.find(']') == std::string::npos ? std::string::npos : rest.find(']') - 1);
-  } else {
-    host = rest.substr(0, rest.find(':'));
-  }
-  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int dots = 0;
-  for (char c : host) {
-    if (c == '.') ++dots;
-    else if (c < '0' || c > '9') dots = -100;
-  }
-  return host == "localhost" || host == "::1" || (dots == 3 && host.rfind("127.", 0) == 0);
-}
-
 struct LayeredBuilder::Base {
   std::string host, repo, digest;
   json manifest;  // OCI or docker v2 image manifest (not an index)
@@ -308,7 +287,7 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
       return res;
     }
   }
-  const bool raw = UncompressedLayer(lb.compression, job.registry.url);
+  const bool raw = StoreLayersUncompressed(job.build.compression, job.registry.url);
   bool file_failed = false;  // raw: kiln's own layer file failed (not the outputs)
   if (raw) {
     // Issue 18: the uncompressed tar is the blob (its digest is the diff_id): one pass reads

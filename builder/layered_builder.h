@@ -59,10 +59,6 @@ class LayeredBuilder : public Builder {
                   const CancelToken* cancel) override;
   Status Check() override;
 
-  /// Issue 18: whether `build.layered.compression` (`auto`, `gzip`, `none`) stores the layer
-  /// as a plain tar for a registry at `registry_url` (`auto`: when its host is on the loopback).
-  static bool UncompressedLayer(const std::string& compression, const std::string& registry_url);
-
   /// Splits "<host:port>/<repo>@sha256:<hex>". Returns InvalidArgument when malformed.
   static Status ParseBaseRef(const std::string& ref, std::string* host, std::string* repo,
                              std::string* digest);

@@ -765,7 +765,11 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
-             "base_images", "limits", "on_push"});
+             "base_images", "limits", "on_push", "compression"});
+  // Issue 18.
+  if (ReadString(obj, "compression", path, false, &out->compression) &&
+      out->compression != "auto" && out->compression != "gzip" && out->compression != "none")
+    Problem(Join(path, "compression"), "must be one of auto, gzip, none");
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {
@@ -870,8 +874,7 @@ void ConfigReader::ReadContainerfile(const json& obj, const std::string& path,
 }
 
 void ConfigReader::ReadLayered(const json& obj, const std::string& path, LayeredBuild* out) {
-  CheckKeys(obj, path,
-            {"base_image", "command", "env", "caches", "outputs", "entrypoint", "compression"});
+  CheckKeys(obj, path, {"base_image", "command", "env", "caches", "outputs", "entrypoint"});
   if (ReadString(obj, "base_image", path, true, &out->base_image))
     CheckBaseImage(out->base_image, Join(path, "base_image"));
   if (ReadStringList(obj, "command", path, true, &out->command)) {
@@ -926,9 +929,6 @@ void ConfigReader::ReadLayered(const json& obj, const std::string& path, Layered
     }
   }
   ReadStringList(obj, "entrypoint", path, false, &out->entrypoint);
-  if (ReadString(obj, "compression", path, false, &out->compression) &&
-      out->compression != "auto" && out->compression != "gzip" && out->compression != "none")
-    Problem(Join(path, "compression"), "must be \"auto\", \"gzip\" or \"none\"");
 }
 
 void ConfigReader::CheckBaseImage(const std::string& image, const std::string& path) {

@@ -939,19 +939,19 @@ TEST_F(ConfigParserTest, ExampleConfigValidatesWhenItsAuthFileExists) {
 }
 
 // Issue 18.
-TEST_F(ConfigParserTest, LayeredCompressionIsAutoGzipOrNone) {
+TEST_F(ConfigParserTest, BuildCompressionIsAutoGzipOrNone) {
   Config c;
   ASSERT_TRUE(Parse(Valid(), &c).empty());
-  EXPECT_EQ(c.domains.at("epp").build.layered->compression, "auto");
+  EXPECT_EQ(c.domains.at("epp").build.compression, "auto");
   for (const char* v : {"gzip", "none", "auto"}) {
     json j = Valid();
-    j["domains"]["epp"]["build"]["layered"]["compression"] = v;
+    j["domains"]["epp"]["build"]["compression"] = v;
     ASSERT_TRUE(Parse(j, &c).empty()) << v;
-    EXPECT_EQ(c.domains.at("epp").build.layered->compression, v);
+    EXPECT_EQ(c.domains.at("epp").build.compression, v);
   }
   json j = Valid();
-  j["domains"]["epp"]["build"]["layered"]["compression"] = "zstd";
-  ExpectOnly(j, "domains.epp.build.layered.compression");
+  j["domains"]["epp"]["build"]["compression"] = "zstd";
+  ExpectOnly(j, "domains.epp.build.compression");
 }
 
 TEST_F(ConfigParserTest, KubernetesLayeredExampleValidates) {

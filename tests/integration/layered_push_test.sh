@@ -62,7 +62,7 @@ EOF
 }
 write_main "hello v1"
 
-# write_config FILE PORT SCHEME BASE_DIGEST REG_DIR STATE [BIG]   (build.layered.compression: $COMPRESSION)
+# write_config FILE PORT SCHEME BASE_DIGEST REG_DIR STATE [BIG]   (build.compression: $COMPRESSION)
 COMPRESSION=auto
 write_config() {
   local ca=null cmd='["go", "build", "-o", "out/app", "."]' outputs='[{"from": "out/app", "to": "/app"}]'
@@ -80,7 +80,7 @@ write_config() {
       "command": $cmd,
       "env": {"GOFLAGS": "-buildvcs=false", "GOPROXY": "off"},
       "caches": {"GOCACHE": "go-build"},
-      "outputs": $outputs, "entrypoint": ["/app"], "compression": "$COMPRESSION"}},
+      "outputs": $outputs, "entrypoint": ["/app"]}, "compression": "$COMPRESSION"},
     "image": {"registry": "local", "repository": "test/push"}}}}
 JSON
 }
