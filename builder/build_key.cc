@@ -30,6 +30,9 @@ std::string ComputeBuildKey(const std::string& domain, const std::string& source
     j["layered"] = {{"base_image", l.base_image}, {"command", l.command}, {"env", l.env},
                     {"caches", l.caches},         {"outputs", outs},      {"entrypoint", l.entrypoint}};
   }
+  // Issue 18: another layer encoding is another image ("auto" is fixed by registry_url below;
+  // left out so that keys of existing configs do not change).
+  if (dc.build.compression != "auto") j["compression"] = dc.build.compression;
   j["image"] = {{"registry_url", registry.url}, {"repository", dc.image.repository}};
   j["bases"] = base_digests;
   return Sha256Hex(j.dump());

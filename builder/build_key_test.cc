@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "builder/oci_image.h"
 #include "builder/log_buffer.h"
 #include "common/sha256.h"
 
@@ -44,6 +45,33 @@ TEST(BuildKey, EveryInputChangesTheKey) {
   d = Domain();
   d.build.timeout_s = 5;
   EXPECT_EQ(base, ComputeBuildKey("epp", "git-tree:abc", d, r, {"sha256:1"}));
+}
+
+// Issue 18: build.compression decides the layer's bytes, so it is part of the key.
+TEST(BuildKey, LayerCompressionChangesTheKey) {
+  RegistryConfig r{"local", "http://127.0.0.1:5000", {}, {}};
+  auto d = Domain();
+  auto key = [&](const std::string& c) {
+    d.build.compression = c;
+    return ComputeBuildKey("epp", "git-tree:abc", d, r, {"sha256:1"});
+  };
+  EXPECT_NE(key("auto"), key("gzip"));
+  EXPECT_NE(key("gzip"), key("none"));
+  EXPECT_NE(key("auto"), key("none"));
+}
+
+TEST(LayeredCompression, AutoStoresPlainTarOnlyForALoopbackRegistry) {
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "http://127.0.0.1:5000"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "https://127.0.2.3"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "http://LocalHost:5000"));
+  EXPECT_TRUE(StoreLayersUncompressed("auto", "https://[::1]:5443"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "https://registry.example.com"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "http://10.0.0.5:5000"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "http://127.example.com:5000"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "http://localhost.example.com"));
+  EXPECT_FALSE(StoreLayersUncompressed("auto", "https://[::2]:5443"));
+  EXPECT_FALSE(StoreLayersUncompressed("gzip", "http://127.0.0.1:5000"));
+  EXPECT_TRUE(StoreLayersUncompressed("none", "https://registry.example.com"));
 }
 
 TEST(LogBuffer, ReadsByOffsetAndCompletes) {

@@ -49,6 +49,24 @@ Status OwnTree(const std::string& dir, uid_t uid, gid_t gid) {
   if (ec) return Status::Internal("cannot walk " + dir + ": " + ec.message());
   return Status::Ok();
 }
+// Counts what passes through to `next`.
+class CountingSink : public ByteSink {
+ public:
+  explicit CountingSink(ByteSink* next) : next_(next) {}
+  Status Write(const char* data, size_t n) override {
+    bytes_ += n;
+    Status s = next_->Write(data, n);
+    failed_ = failed_ || !s.ok();
+    return s;
+  }
+  uint64_t bytes() const { return bytes_; }
+  bool failed() const { return failed_; }
+
+ private:
+  ByteSink* next_;
+  uint64_t bytes_ = 0;
+  bool failed_ = false;
+};
 }  // namespace
 
 struct LayeredBuilder::Base {
@@ -269,17 +287,38 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
       return res;
     }
   }
-  st = StreamLayerTar(job.source_dir, entries, nullptr, &diff_id);
+  const bool raw = StoreLayersUncompressed(job.build.compression, job.registry.url);
+  bool file_failed = false;  // raw: kiln's own layer file failed (not the outputs)
+  if (raw) {
+    // Issue 18: the uncompressed tar is the blob (its digest is the diff_id): one pass reads
+    // every output once, hashes it and writes it to the layer file; nothing else to pack.
+    std::string dir = job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
+    fs::create_directories(dir, ec);
+    BlobProducer produce = [&](ByteSink* sink, std::string* digest, uint64_t* size) {
+      CountingSink counted(sink);
+      Status s = StreamLayerTar(job.source_dir, entries, &counted, digest);
+      *size = counted.bytes();
+      file_failed = counted.failed();
+      return s;
+    };
+    file_failed = true;  // until the producer runs: WriteTempBlob could not make the file
+    st = WriteTempBlob(dir, "", produce, &prep->layer);
+    if (st.ok()) prep->layer.diff_id = diff_id = prep->layer.digest;
+  } else {
+    st = StreamLayerTar(job.source_dir, entries, nullptr, &diff_id);
+  }
   if (!st.ok()) {
     park_base();
-    res.status = Status::FailedPrecondition("outputs: " + st.message());
-    res.compile_failed = true;
+    // An I/O failure of kiln's own layer file is not the agent's to fix.
+    const bool ours = raw && file_failed;
+    res.status = ours ? st : Status::FailedPrecondition("outputs: " + st.message());
+    res.compile_failed = !ours;
     return res;
   }
   const int64_t tar_ms = MsSince(t1);
   const auto t2 = Clock::now();
-  OutputsCache* cache = Cache(job.cache_dir);
-  const bool hit = cache && cache->LookupFile(diff_id, &prep->layer);
+  OutputsCache* cache = raw ? nullptr : Cache(job.cache_dir);
+  const bool hit = raw || (cache && cache->LookupFile(diff_id, &prep->layer));
   if (!hit) {
     CompressOptions copts;
     copts.level = opts_.gzip_level;
@@ -316,7 +355,7 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     return res;
   }
   OciImageSpec ispec;
-  ispec.layer = {kOciLayerTarGzip, prep->layer.digest, prep->layer.size};
+  ispec.layer = {raw ? kOciLayerTar : kOciLayerTarGzip, prep->layer.digest, prep->layer.size};
   ispec.layer_diff_id = prep->layer.diff_id;
   ispec.entrypoint = lb.entrypoint;
   ispec.labels["kiln.candidate"] = job.candidate;
@@ -331,9 +370,10 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   res.image_id = prep->image.manifest_digest.substr(7);
   if (out) {
     out("kiln: layer " + prep->layer.digest + " (" + std::to_string(prep->layer.size) + " bytes" +
-        (hit ? ", from the outputs cache" : "") + ")\n");
+        (raw ? ", uncompressed" : hit ? ", from the outputs cache" : "") + ")\n");
     out("kiln: timings: sandbox " + std::to_string(sandbox_ms) + " ms, tar " + std::to_string(tar_ms) +
-        " ms, " + (hit ? "cache lookup " : "gzip ") + std::to_string(gzip_ms) + " ms\n");
+        " ms" + (raw ? std::string() : std::string(hit ? ", cache lookup " : ", gzip ") + std::to_string(gzip_ms) + " ms") +
+        "\n");
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -343,7 +383,8 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   }
   res.status = Status::Ok();
   res.elapsed_ms = MsSince(t0);
-  res.timings = {{"sandbox_ms", sandbox_ms}, {"tar_ms", tar_ms}, {"compress_ms", gzip_ms}};
+  res.timings = {{"sandbox_ms", sandbox_ms}, {"tar_ms", tar_ms}};
+  if (!raw) res.timings["compress_ms"] = gzip_ms;
   return res;
 }
 

@@ -5,7 +5,10 @@
 // else of the host: no credentials, no other candidate, no state directory), packs the declared
 // `outputs` into one deterministic tar+gzip layer, and prepares an OCI image: the pinned base
 // image's layers + the new layer, the base config with the entrypoint and kiln's labels.
-// The base image resolves concurrently with the compile. The layer's compressed blob comes from
+// The base image resolves concurrently with the compile. Issue 18: when `build.compression`
+// asks for no compression (`none`, or `auto` with a loopback registry), the layer is the plain
+// tar, written in the same pass that hashes it (digest = diff_id; no outputs cache). Otherwise
+// the layer's compressed blob comes from
 // the domain's OutputsCache (`<cache_dir>/outputs`, keyed by diff_id, LRU-bounded) when the
 // same outputs were packed before; otherwise it is compressed on several threads. The config
 // holds nothing per build (build key and commit are manifest annotations), so the same outputs

@@ -92,4 +92,25 @@ Status MakeOciImage(const json& base_manifest, const json& base_config, const Oc
   return Status::Ok();
 }
 
+bool StoreLayersUncompressed(const std::string& compression, const std::string& registry_url) {
+  if (compression == "none") return true;
+  if (compression != "auto") return false;
+  // http(s)://host[:port]: the host, without brackets or port.
+  std::string rest = registry_url.substr(registry_url.find("://") == std::string::npos ? 0 : registry_url.find("://") + 3);
+  rest = rest.substr(0, rest.find('/'));
+  std::string host;
+  if (!rest.empty() && rest[0] == '[') {
+    host = rest.substr(1, rest.find(']') == std::string::npos ? std::string::npos : rest.find(']') - 1);
+  } else {
+    host = rest.substr(0, rest.find(':'));
+  }
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  int dots = 0;
+  for (char c : host) {
+    if (c == '.') ++dots;
+    else if (c < '0' || c > '9') dots = -100;
+  }
+  return host == "localhost" || host == "::1" || (dots == 3 && host.rfind("127.", 0) == 0);
+}
+
 }  // namespace kiln

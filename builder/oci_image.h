@@ -24,7 +24,13 @@ namespace kiln {
 
 inline constexpr char kOciImageConfigType[] = "application/vnd.oci.image.config.v1+json";
 inline constexpr char kOciLayerTarGzip[] = "application/vnd.oci.image.layer.v1.tar+gzip";
+inline constexpr char kOciLayerTar[] = "application/vnd.oci.image.layer.v1.tar";
 inline constexpr char kOciImageManifestType[] = "application/vnd.oci.image.manifest.v1+json";
+
+/// Issue 18: whether `build.compression` (`auto`, `gzip`, `none`) stores new layers without
+/// compression for a registry at `registry_url` (`http(s)://host[:port]`): `none` always, `auto`
+/// when the host is on the loopback (127.0.0.0/8, localhost, [::1]). Pure.
+bool StoreLayersUncompressed(const std::string& compression, const std::string& registry_url);
 
 /// A content descriptor (descriptor.md: mediaType, digest, size are required).
 struct OciDescriptor {

@@ -98,6 +98,11 @@ struct BuildConfig {
   /// "none": build steps run in a network namespace with loopback only (default).
   /// "host": build steps share the host network (opt-in; check-config warns loudly).
   std::string network = "none";
+  /// Issue 18: how new layers are compressed. "auto" (default): "none" when the domain's
+  /// registry is on the loopback (no network to save bytes on), "gzip" otherwise. "gzip":
+  /// level 1. "none": layered mode stores the plain tar (media type ...layer.v1.tar, digest =
+  /// diff_id); containerfile mode exports gzip level 0 (stored: no compression pass).
+  std::string compression = "auto";
   /// The unprivileged system user containerfile builds run as (never root, never kiln's uid;
   /// needs /etc/subuid and /etc/subgid ranges). Created by scripts/setup.sh.
   std::string user = "kiln-build";

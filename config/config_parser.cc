@@ -765,7 +765,11 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
-             "base_images", "limits", "on_push"});
+             "base_images", "limits", "on_push", "compression"});
+  // Issue 18.
+  if (ReadString(obj, "compression", path, false, &out->compression) &&
+      out->compression != "auto" && out->compression != "gzip" && out->compression != "none")
+    Problem(Join(path, "compression"), "must be one of auto, gzip, none");
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {

@@ -938,6 +938,22 @@ TEST_F(ConfigParserTest, ExampleConfigValidatesWhenItsAuthFileExists) {
   EXPECT_EQ(c2.domains.at("epp").deploy.type, "none");
 }
 
+// Issue 18.
+TEST_F(ConfigParserTest, BuildCompressionIsAutoGzipOrNone) {
+  Config c;
+  ASSERT_TRUE(Parse(Valid(), &c).empty());
+  EXPECT_EQ(c.domains.at("epp").build.compression, "auto");
+  for (const char* v : {"gzip", "none", "auto"}) {
+    json j = Valid();
+    j["domains"]["epp"]["build"]["compression"] = v;
+    ASSERT_TRUE(Parse(j, &c).empty()) << v;
+    EXPECT_EQ(c.domains.at("epp").build.compression, v);
+  }
+  json j = Valid();
+  j["domains"]["epp"]["build"]["compression"] = "zstd";
+  ExpectOnly(j, "domains.epp.build.compression");
+}
+
 TEST_F(ConfigParserTest, KubernetesLayeredExampleValidates) {
   CopyFile(std::string(KILN_CONFIG_EXAMPLES_DIR) + "/kiln.k8s-layered.example.json",
            dir_ + "/kiln.json");

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <sstream>
 
 #include "common/names.h"
@@ -90,12 +92,30 @@ class WorkspaceGit {
     return Status::Ok();
   }
 
-  // clean, read-tree --reset -u, verify. Any failure or difference → non-OK.
-  Status Sync(const std::string& tree) {
+  // clean, refresh, read-tree --reset -u, verify. Any failure or difference → non-OK.
+  // The refresh re-hashes the files whose stat data no longer matches the index (a layered
+  // build's chown to the build user changes every ctime) and records the new stat data of those
+  // whose content is unchanged. Without it `read-tree --reset -u` rewrites every stat-dirty file:
+  // every file of the tree on every layered build (new mtimes, cold mtime-based caches). With
+  // it, only files whose content differs from the index are written. Safe against a build that
+  // edits a file and restores its mtime: the edit changes the ctime (which nobody can set),
+  // so the file is re-hashed and, its content differing, rewritten (git's defaults
+  // core.trustctime and core.checkStat; kiln's repositories never change them).
+  // `alongside` (optional) runs on another thread while the verification runs (read-only work
+  // on the repository, e.g. the diff for the stats): one git start less on the critical path.
+  Status Sync(const std::string& tree, bool refresh, const std::function<void()>& alongside = {}) {
     GitResult r;
     Status s = Run({"clean", "-ffdxq"}, &r);
+    // Exit 1: some files still differ (read-tree rewrites them).
+    if (s.ok() && refresh)
+      s = Run({"update-index", "-q", "--refresh"}, &r, /*allow_exit_1=*/true);
     if (s.ok()) s = Run({"read-tree", "--reset", "-u", "--end-of-options", tree}, &r);
-    if (s.ok()) s = Verify();
+    if (s.ok()) {
+      std::future<void> side;
+      if (alongside) side = std::async(std::launch::async, alongside);
+      s = Verify();
+      if (side.valid()) side.get();
+    }
     return s;
   }
 
@@ -194,21 +214,24 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
 
   bool fast = !old_tree.empty() && fs::exists(l.index, ec);
   if (fast) {
-    s = git.Sync(tree);
-    if (s.ok()) {
+    int64_t changed = 0;
+    auto count_changed = [&] {
       GitResult diff;
-      if (old_tree != tree && git.Run({"diff-tree", "-r", "-z", "--name-only", "--no-renames",
-                                       "--end-of-options", old_tree, tree},
-                                      &diff)
-                                  .ok())
-        stats->files_written = CountNul(diff.out);
-    }
+      if (git.Run({"diff-tree", "-r", "-z", "--name-only", "--no-renames", "--end-of-options",
+                   old_tree, tree},
+                  &diff)
+              .ok())
+        changed = CountNul(diff.out);
+    };
+    s = git.Sync(tree, /*refresh=*/true,
+                 old_tree != tree ? std::function<void()>(count_changed) : std::function<void()>());
+    if (s.ok()) stats->files_written = changed;
   }
   if (!fast || !s.ok()) {
     stats->full_reset = true;
     ::unlink(l.index.c_str());
     s = EmptyDirectory(l.ws);
-    if (s.ok()) s = git.Sync(tree);
+    if (s.ok()) s = git.Sync(tree, /*refresh=*/false);
     if (!s.ok()) return NoteFullDisk(s, l.ws);
     GitResult files;
     if (git.Run({"ls-files", "-z"}, &files).ok()) stats->files_written = CountNul(files.out);

@@ -1,6 +1,7 @@
 #include "workspace/checkout.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -140,6 +141,57 @@ TEST_F(CheckoutTest, RestoresTrackedFilesABuildModified) {
   CheckoutStats s = Update(c2);
   EXPECT_EQ(ReadFile(ws_ + "/a.go"), "a\n");
   EXPECT_EQ(s.files_written, 0);
+}
+
+// A layered build gives the workspace to the build user (lchown: every ctime changes) before it
+// compiles. The next update must still write only the files whose content changed.
+TEST_F(CheckoutTest, ChangedCtimeAloneDoesNotRewriteAFile) {
+  for (int i = 0; i < 20; ++i) clone_->Write("pkg/f" + std::to_string(i) + ".go", "package pkg\n");
+  clone_->Write("change.go", "v1\n");
+  std::string c1 = Commit("one");
+  Update(c1);
+  // git compares whole seconds of ctime (built without USE_NSEC): make the change visible.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  for (const auto& e : fs::recursive_directory_iterator(ws_)) {  // ctime only: the same mode again
+    struct stat st {};
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
+    if (S_ISREG(st.st_mode)) ASSERT_EQ(::chmod(e.path().c_str(), st.st_mode & 07777), 0);
+  }
+  StatStamp before = Stamp(ws_ + "/pkg/f7.go");
+  clone_->Write("change.go", "v2\n");
+  std::string c2 = Commit("two");
+  CheckoutStats s = Update(c2);
+  EXPECT_FALSE(s.full_reset);
+  StatStamp after = Stamp(ws_ + "/pkg/f7.go");
+  EXPECT_EQ(before.ino, after.ino) << "unchanged file was rewritten";
+  EXPECT_EQ(before.mtime.tv_sec, after.mtime.tv_sec);
+  EXPECT_EQ(before.mtime.tv_nsec, after.mtime.tv_nsec);
+  EXPECT_EQ(ReadFile(ws_ + "/change.go"), "v2\n");
+  // Converged: the ctime-only change is recorded, so a third update rewrites nothing either.
+  clone_->Write("change.go", "v3\n");
+  Update(Commit("three"));
+  EXPECT_EQ(Stamp(ws_ + "/pkg/f7.go").ino, before.ino);
+  EXPECT_EQ(ReadFile(ws_ + "/change.go"), "v3\n");
+}
+
+// A build that edits a tracked file and puts its size and mtime back is still undone: the edit
+// moved the ctime, so the file is re-hashed and rewritten.
+TEST_F(CheckoutTest, EditWithRestoredMtimeIsUndone) {
+  clone_->Write("a.go", "package a // original\n");
+  clone_->Write("b.go", "b1\n");
+  std::string c1 = Commit("one");
+  Update(c1);
+  const std::string a = ws_ + "/a.go";
+  struct stat st {};
+  ASSERT_EQ(::lstat(a.c_str(), &st), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a ctime git can tell apart
+  WriteFile(a, "package a // tampered\n");  // same size
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, a.c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
+  clone_->Write("b.go", "b2\n");
+  Update(Commit("two"));
+  EXPECT_EQ(ReadFile(a), "package a // original\n");
+  EXPECT_EQ(ReadFile(ws_ + "/b.go"), "b2\n");
 }
 
 TEST_F(CheckoutTest, FollowsForcePushThatRewindsBranch) {
