@@ -45,6 +45,7 @@ double Placement::Score(const std::string& worker, size_t slots,
 void Placement::AddWorker(const std::string& id, size_t slots, double now) {
   auto [it, inserted] = workers_.try_emplace(id);
   it->second.slots = std::max<size_t>(1, slots);
+  rank_cache_.clear();
   if (inserted) {
     it->second.free_since = now;
   } else if (!it->second.ready) {
@@ -52,12 +53,16 @@ void Placement::AddWorker(const std::string& id, size_t slots, double now) {
   }
 }
 
-void Placement::RemoveWorker(const std::string& id) { workers_.erase(id); }
+void Placement::RemoveWorker(const std::string& id) {
+  workers_.erase(id);
+  rank_cache_.clear();
+}
 
 void Placement::SetReady(const std::string& id, bool ready, double now) {
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.ready == ready) return;
   it->second.ready = ready;
+  rank_cache_.clear();
   if (ready) it->second.free_since = now;
 }
 
@@ -89,35 +94,94 @@ std::optional<std::string> Placement::Preferred(const std::string& candidate) co
   return best;
 }
 
-double Placement::ExpectedFree(const Worker& w, double now) const {
-  double earliest = std::numeric_limits<double>::infinity();
-  for (const auto& r : w.running) earliest = std::min(earliest, r.second);
-  return std::max(0.0, earliest - now);
+const std::vector<std::string>& Placement::CachedRanking(const std::string& candidate) const {
+  auto it = rank_cache_.find(candidate);
+  if (it == rank_cache_.end()) it = rank_cache_.emplace(candidate, Ranking(candidate)).first;
+  return it->second;
+}
+
+double Placement::ExpectedWait(const Worker& w, const BuildTimes& times, double now,
+                               size_t ahead) const {
+  std::vector<double> ends;
+  for (const auto& r : w.running) ends.push_back(std::max(r.second - now, 0.25 * times.warm()));
+  std::sort(ends.begin(), ends.end());
+  if (ends.empty()) return 0;
+  // Slot k of the line frees at the k-th end; each further round takes a warm build.
+  size_t rounds = ahead / w.slots, k = ahead % w.slots;
+  return (k < ends.size() ? ends[k] : 0) + static_cast<double>(rounds) * times.warm();
+}
+
+bool Placement::Free(const Worker& w, double now) const {
+  return w.ready && w.running.size() < w.slots && now - w.free_since >= opts_.min_idle_s;
 }
 
 Placement::Decision Placement::Place(const std::string& candidate, const BuildTimes& times,
-                                     double now) const {
+                                     double now, size_t ahead) const {
   Decision d;
-  std::vector<std::string> ranking = Ranking(candidate);
+  const std::vector<std::string>& ranking = CachedRanking(candidate);
   if (ranking.empty()) return d;
   const Worker& pref = workers_.at(ranking.front());
   d.worker = ranking.front();
-  if (pref.running.size() < pref.slots) {
+  if (ahead == 0 && pref.running.size() < pref.slots) {
     d.kind = Kind::kPreferred;
     return d;
   }
   d.kind = Kind::kWait;
-  d.expected_wait_s = ExpectedFree(pref, now);
-  if (!opts_.allow_spill || d.expected_wait_s + times.warm() <= times.cold()) return d;
+  d.expected_wait_s = ExpectedWait(pref, times, now, ahead);
+  if (!opts_.allow_spill) return d;
+  const double waiting = d.expected_wait_s + times.warm();
+  const std::string* cold_target = nullptr;
   for (size_t i = 1; i < ranking.size(); ++i) {
     const Worker& w = workers_.at(ranking[i]);
-    if (w.running.size() < w.slots && now - w.free_since >= opts_.min_idle_s) {
-      d.kind = Kind::kSpill;
-      d.worker = ranking[i];
+    if (!Free(w, now)) continue;
+    if (w.warm.count(candidate)) {
+      if (waiting > times.warm()) {
+        d.kind = Kind::kSpill;
+        d.worker = ranking[i];
+      }
       return d;
     }
+    if (!cold_target) cold_target = &ranking[i];
+  }
+  if (cold_target && waiting > times.cold()) {
+    d.kind = Kind::kSpill;
+    d.worker = *cold_target;
   }
   return d;
+}
+
+std::optional<std::string> Placement::BestFree(const std::string& candidate) const {
+  std::optional<std::string> first;
+  for (const auto& id : CachedRanking(candidate)) {
+    const Worker& w = workers_.at(id);
+    if (w.running.size() >= w.slots) continue;
+    if (w.warm.count(candidate)) return id;
+    if (!first) first = id;
+  }
+  return first;
+}
+
+void Placement::SetWarm(const std::string& worker, const std::string& candidate, bool warm) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return;
+  if (warm) {
+    it->second.warm.insert(candidate);
+  } else {
+    it->second.warm.erase(candidate);
+  }
+}
+
+bool Placement::IsWarm(const std::string& worker, const std::string& candidate) const {
+  auto it = workers_.find(worker);
+  return it != workers_.end() && it->second.warm.count(candidate) > 0;
+}
+
+size_t Placement::TotalFreeSlots() const {
+  size_t n = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.ready && w.running.size() < w.slots) n += w.slots - w.running.size();
+  }
+  return n;
 }
 
 bool Placement::Started(const std::string& worker, const std::string& candidate, double now,

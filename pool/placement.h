@@ -12,10 +12,13 @@
 // - Spill: when the preferred worker has no free slot, the build waits for it unless waiting
 //   is expected to cost more than a cold build elsewhere: expected wait (the earliest expected
 //   end of the preferred worker's running builds, from the measured warm/cold means of
-//   BuildTimes) + a warm build > a cold build, and some ready worker has had a free slot for at
-//   least `min_idle_s` (its own candidates have left it under-used that long). The spill
-//   target is the highest-ranked such worker for this candidate, so repeated spills of one
-//   candidate land on the same second worker (which then becomes warm for it too).
+//   BuildTimes; an overdue build is expected to need a quarter of a warm build more; a build
+//   `ahead` places back in the worker's line waits for later ends) + a warm build > the build
+//   on the target: warm there when the target advertises the candidate warm (SetWarm), else
+//   cold. The target must have had a free slot for at least `min_idle_s` (its own candidates
+//   have left it under-used that long). Targets holding the candidate warm come first, then
+//   rank order, so repeated spills of one candidate land on the same second worker (which
+//   then becomes warm for it too).
 // - Fairness across domains is not decided here: the scheduler's FairQueue orders the builds;
 //   Placement only answers where the next one goes.
 #pragma once
@@ -24,6 +27,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -75,8 +80,17 @@ class Placement {
     std::string worker;  // kPreferred/kSpill: where to run; kWait: whose slot to wait for
     double expected_wait_s = 0;  // kWait/kSpill: expected wait for the preferred worker
   };
-  /// Where `candidate`'s next build should go at `now`. Does not change state: call Started.
-  Decision Place(const std::string& candidate, const BuildTimes& times, double now) const;
+  /// Where `candidate`'s next build should go at `now`; `ahead` builds already wait for the
+  /// preferred worker before this one. Does not change state: call Started.
+  Decision Place(const std::string& candidate, const BuildTimes& times, double now,
+                 size_t ahead = 0) const;
+  /// The best worker with a free slot for `candidate` now (one holding it warm first, then rank
+  /// order), ignoring cost; nullopt when every ready worker is full.
+  std::optional<std::string> BestFree(const std::string& candidate) const;
+
+  /// The worker advertises (or stops advertising) `candidate` as warm. Unknown workers: ignored.
+  void SetWarm(const std::string& worker, const std::string& candidate, bool warm);
+  bool IsWarm(const std::string& worker, const std::string& candidate) const;
 
   /// A build of `candidate` started on `worker` at `now`, expected to take `expected_s`.
   /// Returns false (and changes nothing) for an unknown worker.
@@ -86,6 +100,8 @@ class Placement {
   bool Finished(const std::string& worker, const std::string& candidate, double now);
 
   size_t FreeSlots(const std::string& worker) const;
+  /// Free slots over all ready workers.
+  size_t TotalFreeSlots() const;
   size_t ready_workers() const;
   size_t workers() const { return workers_.size(); }
 
@@ -95,12 +111,17 @@ class Placement {
     bool ready = true;
     double free_since = 0;  // since when it has had a free slot (valid while it has one)
     std::multimap<std::string, double> running;  // candidate -> expected end
+    std::set<std::string> warm;                   // advertised warm candidates
   };
+  bool Free(const Worker& w, double now) const;
   double Score(const std::string& worker, size_t slots, const std::string& candidate) const;
-  double ExpectedFree(const Worker& w, double now) const;
+  double ExpectedWait(const Worker& w, const BuildTimes& times, double now, size_t ahead) const;
+  const std::vector<std::string>& CachedRanking(const std::string& candidate) const;
 
   const Options opts_;
   std::map<std::string, Worker> workers_;
+  // Rankings by candidate, valid until the ready set changes (then cleared).
+  mutable std::unordered_map<std::string, std::vector<std::string>> rank_cache_;
 };
 
 }  // namespace kiln
