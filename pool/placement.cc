@@ -210,6 +210,12 @@ size_t Placement::FreeSlots(const std::string& worker) const {
   return w.running.size() < w.slots ? w.slots - w.running.size() : 0;
 }
 
+std::vector<std::string> Placement::WorkerIds() const {
+  std::vector<std::string> out;
+  for (const auto& [id, w] : workers_) out.push_back(id);
+  return out;
+}
+
 size_t Placement::ready_workers() const {
   size_t n = 0;
   for (const auto& [id, w] : workers_) n += w.ready ? 1 : 0;

@@ -104,6 +104,8 @@ class Placement {
   size_t TotalFreeSlots() const;
   size_t ready_workers() const;
   size_t workers() const { return workers_.size(); }
+  /// Every known worker (ready or not), sorted.
+  std::vector<std::string> WorkerIds() const;
 
  private:
   struct Worker {
