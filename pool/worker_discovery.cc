@@ -4,6 +4,8 @@
 #include <set>
 #include <sstream>
 
+#include "config/config_parser.h"
+
 namespace kiln {
 
 using json = nlohmann::json;
@@ -188,26 +190,14 @@ Status StaticWorkers(const std::vector<std::string>& entries, std::vector<PoolMe
   std::set<std::string> seen;
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& e = entries[i];
-    const std::string where = "scheduler.workers[" + std::to_string(i) + "]";
-    size_t colon = e.rfind(':');
-    if (colon == std::string::npos || colon + 1 == e.size()) {
-      return Status::InvalidArgument(where + ": \"" + e + "\" is not host:port");
+    PoolMember m{e, "", 0, true};
+    std::string why = ParseWorkerAddress(e, &m.host, &m.port);
+    if (why.empty() && !seen.insert(e).second) why = "is listed twice";
+    if (!why.empty()) {
+      return Status::InvalidArgument("scheduler.workers[" + std::to_string(i) + "]: \"" + e +
+                                     "\" " + why);
     }
-    std::string host = e.substr(0, colon), port_s = e.substr(colon + 1);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    } else if (host.find(':') != std::string::npos) {
-      return Status::InvalidArgument(where + ": write an IPv6 address as [address]:port");
-    }
-    if (host.empty()) return Status::InvalidArgument(where + ": empty host in \"" + e + "\"");
-    if (port_s.size() > 5 || !std::all_of(port_s.begin(), port_s.end(), ::isdigit) ||
-        std::stoi(port_s) < 1 || std::stoi(port_s) > 65535) {
-      return Status::InvalidArgument(where + ": port \"" + port_s + "\" is not in 1..65535");
-    }
-    if (!seen.insert(e).second) {
-      return Status::InvalidArgument(where + ": \"" + e + "\" is listed twice");
-    }
-    members.push_back(PoolMember{e, host, std::stoi(port_s), true});
+    members.push_back(std::move(m));
   }
   *out = std::move(members);
   return Status::Ok();
