@@ -1,18 +1,26 @@
 // The remote builder transport over real loopback TLS (caf::openssl), certificates made here
 // with openssl: a request reaches a worker's published builder and its answer comes back; a
-// scheduler or a worker holding a certificate of another CA is refused.
+// scheduler or a worker holding a certificate of another CA is refused; a worker process killed
+// with a request in flight shows up as a down message (the scheduler's cue to retry the build).
 #include "pool/remote_builder.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <caf/event_based_actor.hpp>
+#include <caf/system_messages.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/after.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
 namespace kiln {
 namespace {
@@ -130,6 +138,51 @@ TEST(RemoteBuilder, WorkerWithAnotherCasCertificateIsRefused) {
   caf::actor_system sys(cfg);
   remote_builder_actor h;
   EXPECT_FALSE(ConnectRemoteBuilder(sys, "127.0.0.1", w.port, &h).ok());
+}
+
+// A worker process (remote_builder_peer) killed with -9 while a build request is open.
+TEST(RemoteBuilder, KilledWorkerIsSeenDownAndItsRequestFails) {
+  const fs::path port_file = g_pki / "peer.port";
+  fs::remove(port_file);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::execl(KILN_REMOTE_PEER, KILN_REMOTE_PEER, g_pki.c_str(), port_file.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 500 && !fs::exists(port_file); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(fs::exists(port_file)) << "remote_builder_peer did not start";
+  int port = 0;
+  std::ifstream(port_file) >> port;
+
+  PoolSystemConfig cfg(Tls("scheduler", "worker-ca"));
+  caf::actor_system sys(cfg);
+  remote_builder_actor h;
+  Status st = ConnectRemoteBuilder(sys, "127.0.0.1", static_cast<uint16_t>(port), &h);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(Ask(sys, h, "\"ping\""), "\"ping\"");
+
+  // A build request in flight (sent, not awaited: CAF 0.17 does not fail a request whose
+  // remote node went down; it would only time out, so the scheduler must act on the down
+  // message itself).
+  caf::scoped_actor self{sys};
+  self->monitor(h);
+  self->send(h, remote_build_atom::value, std::string("\"hang\""));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  bool down = false, answered = false;
+  for (int i = 0; i < 2 && !down; ++i) {
+    self->receive([&](const caf::down_msg& m) { down = m.source == h.address(); },
+                  [&](const std::string&) { answered = true; },
+                  caf::after(std::chrono::seconds(30)) >> [] {});
+  }
+  EXPECT_FALSE(answered);
+  EXPECT_TRUE(down) << "no down message for the killed worker's builder";
 }
 
 }  // namespace
