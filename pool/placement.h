@@ -28,8 +28,8 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kiln {
@@ -55,7 +55,7 @@ uint64_t RendezvousHash(const std::string& worker, const std::string& candidate)
 class Placement {
  public:
   struct Options {
-    double min_idle_s = 0;   // a spill target must have had a free slot this long
+    double min_idle_s = 0;  // a spill target must have had a free slot this long
     bool allow_spill = true;
   };
   explicit Placement(Options opts) : opts_(opts) {}
@@ -77,7 +77,7 @@ class Placement {
   enum class Kind { kPreferred, kSpill, kWait, kNoWorker };
   struct Decision {
     Kind kind = Kind::kNoWorker;
-    std::string worker;  // kPreferred/kSpill: where to run; kWait: whose slot to wait for
+    std::string worker;          // kPreferred/kSpill: where to run; kWait: whose slot to wait for
     double expected_wait_s = 0;  // kWait/kSpill: expected wait for the preferred worker
   };
   /// Where `candidate`'s next build should go at `now`; `ahead` builds already wait for the
@@ -113,7 +113,7 @@ class Placement {
     bool ready = true;
     double free_since = 0;  // since when it has had a free slot (valid while it has one)
     std::multimap<std::string, double> running;  // candidate -> expected end
-    std::set<std::string> warm;                   // advertised warm candidates
+    std::set<std::string> warm;                  // advertised warm candidates
   };
   bool Free(const Worker& w, double now) const;
   double Score(const std::string& worker, size_t slots, const std::string& candidate) const;

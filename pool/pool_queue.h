@@ -12,7 +12,8 @@
 //   3. while some worker has a free slot, the next build in fair order is placed: it starts on
 //      its preferred worker, spills, or parks on its preferred worker. A worker's parked queue
 //      holds at most `park_limit` builds; the next one that would park there takes the best-ranked
-//      free worker instead (warm first) (so a hot candidate set cannot build an unbounded local queue).
+//      free worker instead (warm first) (so a hot candidate set cannot build an unbounded local
+//      queue).
 // Builds popped from the FairQueue count as admitted for their domain until Finished.
 #pragma once
 
@@ -77,7 +78,7 @@ class PoolQueue {
   Placement placement_;
   BuildTimes times_;
   FairQueue queue_;
-  std::map<std::string, Build> pending_;  // queued in queue_ or parked
+  std::map<std::string, Build> pending_;                   // queued in queue_ or parked
   std::map<std::string, std::deque<std::string>> parked_;  // worker -> ids
   std::map<std::string, Build> running_;
 };

@@ -81,7 +81,8 @@ TEST(PoolQueue, LostWorkerRequeuesItsBuildsForAnotherWorker) {
 
 TEST(PoolQueue, FairOrderAcrossDomainsIsKept) {
   PoolQueue q = Pool(1, 1, /*park_limit=*/0);
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(q.Submit("a" + std::to_string(i), "a", "a/c" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(q.Submit("a" + std::to_string(i), "a", "a/c" + std::to_string(i)));
   ASSERT_TRUE(q.Submit("b0", "b", "b/c"));
   auto s = q.Dispatch(0);
   ASSERT_EQ(s.size(), 1u);
@@ -132,7 +133,7 @@ TEST(WorkerSim, SmallInstanceInvariants) {
   EXPECT_GT(aff.churn_moved, 0);
   EXPECT_LT(aff.churn_moved, 0.35);  // ~1/10 leaves + ~1/10 joins
   EXPECT_GT(hash.churn_moved, aff.churn_moved);
-  EXPECT_LT(rnd.churn_moved, 0);     // random placement pins nothing
+  EXPECT_LT(rnd.churn_moved, 0);  // random placement pins nothing
 
   SimResult again = RunSim(Small(SimStrategy::kAffinity));
   EXPECT_EQ(again.warm, aff.warm);

@@ -30,9 +30,9 @@ Status ConnectRemoteBuilder(caf::actor_system& sys, const std::string& host, uin
                             remote_builder_actor* out) {
   auto res = caf::openssl::remote_actor<remote_builder_actor>(sys, host, port);
   if (!res) {
-    return Status::Unavailable("worker " + host + ":" + std::to_string(port) +
-                               " refused the connection or its certificate: " +
-                               sys.render(res.error()));
+    return Status::Unavailable(
+        "worker " + host + ":" + std::to_string(port) +
+        " refused the connection or its certificate: " + sys.render(res.error()));
   }
   *out = std::move(*res);
   return Status::Ok();

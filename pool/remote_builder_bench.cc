@@ -62,8 +62,9 @@ int main(int argc, char** argv) {
             .receive([](const std::string&) {}, [&](const caf::error&) { ++failed; });
       }
       double total_ms = MsSince(t0);
-      std::printf("connect + TLS handshake: %.2f ms\nround trip (mean of %d): %.3f ms\nfailed: %d\n",
-                  connect_ms, n, total_ms / n, failed);
+      std::printf(
+          "connect + TLS handshake: %.2f ms\nround trip (mean of %d): %.3f ms\nfailed: %d\n",
+          connect_ms, n, total_ms / n, failed);
       rc = failed ? 1 : 0;
     }
   }

@@ -47,9 +47,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     return 1;
   }
-  {
-    std::ofstream(std::string(argv[2]) + ".tmp") << port;
-  }
+  { std::ofstream(std::string(argv[2]) + ".tmp") << port; }
   std::rename((std::string(argv[2]) + ".tmp").c_str(), argv[2]);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
 }

@@ -10,11 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <caf/after.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/system_messages.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
-#include <caf/after.hpp>
+#include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -39,11 +39,11 @@ void Issue(const std::string& ca, const std::string& name) {
                  ".key -out " + ca + ".crt -subj /CN=" + ca + " -days 2"),
               0);
   }
-  ASSERT_EQ(Sh("cd " + d + " && openssl req -newkey rsa:2048 -nodes -keyout " + name +
-               ".key -out " + name + ".csr -subj /CN=" + name + " && openssl x509 -req -in " +
-               name + ".csr -CA " + ca + ".crt -CAkey " + ca + ".key -CAcreateserial -out " +
-               name + ".crt -days 2"),
-            0);
+  ASSERT_EQ(
+      Sh("cd " + d + " && openssl req -newkey rsa:2048 -nodes -keyout " + name + ".key -out " +
+         name + ".csr -subj /CN=" + name + " && openssl x509 -req -in " + name + ".csr -CA " + ca +
+         ".crt -CAkey " + ca + ".key -CAcreateserial -out " + name + ".crt -days 2"),
+      0);
 }
 
 class Pki : public ::testing::Environment {
@@ -74,8 +74,7 @@ remote_builder_actor::behavior_type EchoBuilder(remote_builder_actor::pointer se
 
 // A worker: its own actor system, a published builder. `identity` signs its certificate.
 struct Worker {
-  explicit Worker(const std::string& identity)
-      : cfg(Tls(identity, "scheduler-ca")), sys(cfg) {
+  explicit Worker(const std::string& identity) : cfg(Tls(identity, "scheduler-ca")), sys(cfg) {
     builder = sys.spawn(EchoBuilder, identity);
     status = PublishRemoteBuilder(builder, 0, &port);
   }

@@ -134,8 +134,7 @@ Status KubeSliceApi::Watch(const std::string& resource_version, std::string* str
                                       err);
 }
 
-EndpointSliceWatcher::EndpointSliceWatcher(SliceApi* api, std::string port_name,
-                                           OnChange on_change)
+EndpointSliceWatcher::EndpointSliceWatcher(SliceApi* api, std::string port_name, OnChange on_change)
     : api_(api), tracker_(std::move(port_name)), on_change_(std::move(on_change)) {}
 
 Status EndpointSliceWatcher::List() {
@@ -165,8 +164,9 @@ Status EndpointSliceWatcher::Poll() {
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     json event = json::parse(line, nullptr, false);
-    if (event.is_discarded()) continue;  // a line cut by the server closing: the next watch
-                                          // starts from the last applied resourceVersion
+    if (event.is_discarded())
+      continue;  // a line cut by the server closing: the next watch
+                 // starts from the last applied resourceVersion
     if (tracker_.ApplyEvent(event) == EndpointSliceTracker::EventResult::kRelist) {
       relist = true;
       break;

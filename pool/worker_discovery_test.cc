@@ -38,15 +38,16 @@ json Slice(const std::string& name, const json& endpoints, const std::string& rv
   } else {
     eps = endpoints;
   }
-  json s = {{"apiVersion", "discovery.k8s.io/v1"},
-            {"kind", "EndpointSlice"},
-            {"metadata",
-             {{"name", name},
-              {"namespace", "kiln"},
-              {"labels", {{"kubernetes.io/service-name", "kiln-worker"}}}}},
-            {"addressType", "IPv4"},
-            {"ports", {{{"name", "metrics"}, {"port", 9100}}, {{"name", "kiln-worker"}, {"port", 8710}}}},
-            {"endpoints", eps}};
+  json s = {
+      {"apiVersion", "discovery.k8s.io/v1"},
+      {"kind", "EndpointSlice"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "kiln"},
+        {"labels", {{"kubernetes.io/service-name", "kiln-worker"}}}}},
+      {"addressType", "IPv4"},
+      {"ports", {{{"name", "metrics"}, {"port", 9100}}, {{"name", "kiln-worker"}, {"port", 8710}}}},
+      {"endpoints", eps}};
   if (!rv.empty()) s["metadata"]["resourceVersion"] = rv;
   return s;
 }
@@ -76,30 +77,37 @@ TEST(EndpointSliceTracker, ListThenEvents) {
   EXPECT_FALSE(ms[1].ready);
 
   // A second slice, conditions absent (= ready), then a terminating endpoint, then deletion.
-  EXPECT_EQ(t.ApplyEvent({{"type", "ADDED"},
-                          {"object", Slice("kiln-worker-b", {{{"addresses", {"10.0.0.3"}},
-                                                              {"hostname", "w-2"}}}, "101")}}),
+  EXPECT_EQ(t.ApplyEvent(
+                {{"type", "ADDED"},
+                 {"object", Slice("kiln-worker-b",
+                                  {{{"addresses", {"10.0.0.3"}}, {"hostname", "w-2"}}}, "101")}}),
             EndpointSliceTracker::EventResult::kApplied);
   EXPECT_EQ(ReadyIds(t.Members()), (std::vector<std::string>{"w-0", "w-2"}));
-  t.ApplyEvent({{"type", "MODIFIED"},
-                {"object", Slice("kiln-worker-a",
-                                 {Endpoint("w-0", "10.0.0.1", {{"ready", false}, {"terminating", true}}),
-                                  Endpoint("w-1", "10.0.0.2", {{"ready", true}})},
-                                 "102")}});
+  t.ApplyEvent(
+      {{"type", "MODIFIED"},
+       {"object", Slice("kiln-worker-a",
+                        {Endpoint("w-0", "10.0.0.1", {{"ready", false}, {"terminating", true}}),
+                         Endpoint("w-1", "10.0.0.2", {{"ready", true}})},
+                        "102")}});
   EXPECT_EQ(ReadyIds(t.Members()), (std::vector<std::string>{"w-1", "w-2"}));
   t.ApplyEvent({{"type", "DELETED"}, {"object", Slice("kiln-worker-b", json::array(), "103")}});
   EXPECT_EQ(ReadyIds(t.Members()), (std::vector<std::string>{"w-1"}));
   EXPECT_EQ(t.resource_version(), "103");
 
   // Bookmarks move the resourceVersion only; 410 asks for a re-list; junk is ignored.
-  EXPECT_EQ(t.ApplyEvent({{"type", "BOOKMARK"},
-                          {"object", {{"kind", "EndpointSlice"}, {"metadata", {{"resourceVersion", "150"}}}}}}),
-            EndpointSliceTracker::EventResult::kApplied);
+  EXPECT_EQ(
+      t.ApplyEvent(
+          {{"type", "BOOKMARK"},
+           {"object", {{"kind", "EndpointSlice"}, {"metadata", {{"resourceVersion", "150"}}}}}}),
+      EndpointSliceTracker::EventResult::kApplied);
   EXPECT_EQ(t.resource_version(), "150");
   EXPECT_EQ(t.Members().size(), 2u);
   EXPECT_EQ(t.ApplyEvent({{"type", "ERROR"},
-                          {"object", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"},
-                                      {"message", "too old resource version: 1 (150)"}}}}),
+                          {"object",
+                           {{"kind", "Status"},
+                            {"code", 410},
+                            {"reason", "Expired"},
+                            {"message", "too old resource version: 1 (150)"}}}}),
             EndpointSliceTracker::EventResult::kRelist);
   EXPECT_EQ(t.ApplyEvent({{"type", "ERROR"}, {"object", {{"code", 500}}}}),
             EndpointSliceTracker::EventResult::kIgnored);
@@ -113,8 +121,8 @@ TEST(StaticWorkers, ParsesAndRefuses) {
   ASSERT_EQ(ms.size(), 3u);
   EXPECT_EQ(ms[1], (PoolMember{"[fd00::1]:8711", "fd00::1", 8711, true}));
   EXPECT_EQ(ms[2].host, "build-2.lan");
-  for (const std::string bad : {"10.0.0.5", "10.0.0.5:", ":8710", "10.0.0.5:0", "h:70000",
-                                "h:8a", "fd00::1:8710"}) {
+  for (const std::string bad :
+       {"10.0.0.5", "10.0.0.5:", ":8710", "10.0.0.5:0", "h:70000", "h:8a", "fd00::1:8710"}) {
     Status st = StaticWorkers({bad}, &ms);
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find("scheduler.workers[0]"), std::string::npos) << st.message();
@@ -126,7 +134,8 @@ TEST(StaticWorkers, ParsesAndRefuses) {
 
 TEST(ApplyMembers, JoinsLeavesAndReadiness) {
   Placement p;
-  auto removed = ApplyMembers({{"a", "h", 1, true}, {"b", "h", 1, true}, {"c", "h", 1, false}}, 2, 0, &p);
+  auto removed =
+      ApplyMembers({{"a", "h", 1, true}, {"b", "h", 1, true}, {"c", "h", 1, false}}, 2, 0, &p);
   EXPECT_TRUE(removed.empty());
   EXPECT_EQ(p.WorkerIds(), (std::vector<std::string>{"a", "b"}));  // c never was ready
   ApplyMembers({{"a", "h", 1, false}, {"b", "h", 1, true}, {"c", "h", 1, true}}, 2, 1, &p);
@@ -150,17 +159,20 @@ class FakeSlicesTest : public ::testing::Test {
     const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     ASSERT_EQ(Sh("cd " + d + " && openssl req -x509 " + ec +
                  " -keyout ca.key -out ca.crt -subj /CN=slices-ca -days 2 && "
-                 "echo subjectAltName=IP:127.0.0.1 > san && openssl req " + ec +
+                 "echo subjectAltName=IP:127.0.0.1 > san && openssl req " +
+                 ec +
                  " -keyout server.key -out server.csr -subj /CN=kube-apiserver && "
                  "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
                  "-out server.crt -days 2 -extfile san"),
               0);
     std::ofstream(dir_ / "tokens.json")
         << json{{"tokens",
-                 {{"watcher", {{"user", "system:serviceaccount:kiln:kiln"},
-                               {"allow", {{"endpointslices.discovery.k8s.io", {"list", "watch"}}}}}},
-                  {"list-only", {{"user", "system:serviceaccount:kiln:kiln"},
-                                 {"allow", {{"endpointslices.discovery.k8s.io", {"list"}}}}}}}}}
+                 {{"watcher",
+                   {{"user", "system:serviceaccount:kiln:kiln"},
+                    {"allow", {{"endpointslices.discovery.k8s.io", {"list", "watch"}}}}}},
+                  {"list-only",
+                   {{"user", "system:serviceaccount:kiln:kiln"},
+                    {"allow", {{"endpointslices.discovery.k8s.io", {"list"}}}}}}}}}
                .dump();
     pid_ = ::fork();
     ASSERT_GE(pid_, 0);
@@ -226,12 +238,14 @@ TEST_F(FakeSlicesTest, WatchSeesAddNotReadyRemoveAndRelistsOn410) {
   auto client = Client("watcher");
   KubeSliceApi api(client.get(), "kiln", "kiln-worker", /*watch_timeout_s=*/2);
   std::vector<std::vector<PoolMember>> seen;
-  EndpointSliceWatcher w(&api, "kiln-worker", [&](const std::vector<PoolMember>& m) { seen.push_back(m); });
+  EndpointSliceWatcher w(&api, "kiln-worker",
+                         [&](const std::vector<PoolMember>& m) { seen.push_back(m); });
   // A slice of another Service is never seen.
   json other = Slice("other", {Endpoint("x-0", "10.9.9.9")});
   other["metadata"]["labels"]["kubernetes.io/service-name"] = "other";
   Control("POST", "/_fake/endpointslices", other);
-  Control("POST", "/_fake/endpointslices", Slice("kiln-worker-a", {Endpoint("w-0", "10.0.0.1", {{"ready", true}})}));
+  Control("POST", "/_fake/endpointslices",
+          Slice("kiln-worker-a", {Endpoint("w-0", "10.0.0.1", {{"ready", true}})}));
   ASSERT_TRUE(w.Poll().ok());  // list
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(ReadyIds(seen.back()), (std::vector<std::string>{"w-0"}));

@@ -17,9 +17,12 @@ namespace kiln {
 
 const char* SimStrategyName(SimStrategy s) {
   switch (s) {
-    case SimStrategy::kAffinity: return "affinity (rendezvous + spill)";
-    case SimStrategy::kRandom: return "random free worker";
-    case SimStrategy::kContextHash: return "context-path hash";
+    case SimStrategy::kAffinity:
+      return "affinity (rendezvous + spill)";
+    case SimStrategy::kRandom:
+      return "random free worker";
+    case SimStrategy::kContextHash:
+      return "context-path hash";
   }
   return "?";
 }
@@ -103,8 +106,8 @@ class Sim {
         pool_(Options(cfg), BuildTimes(cfg.warm_mean_s, cfg.cold_mean_s)) {
     for (size_t i = 0; i < cfg.workers; ++i) AddWorker("w" + std::to_string(i));
     const double expected_build = 0.9 * cfg.warm_mean_s + 0.1 * cfg.cold_mean_s;
-    const double rate = cfg.utilization * static_cast<double>(cfg.workers * cfg.slots) /
-                        expected_build;
+    const double rate =
+        cfg.utilization * static_cast<double>(cfg.workers * cfg.slots) / expected_build;
     double weights = 0;
     for (size_t c = 0; c < cfg.candidates; ++c) weights += Hot(c) ? 4 : 1;
     const double ramp = static_cast<double>(cfg.candidates) * cfg.cold_mean_s /
@@ -210,8 +213,8 @@ class Sim {
       while (auto next = fair_.Pop()) {  // straight to the pinned worker's own queue
         size_t id = std::stoul(next->second);
         const auto& list = worker_list_;
-        local_[list[RendezvousHash("", DomainName(builds_[id].candidate)) % list.size()]]
-            .push_back(id);
+        local_[list[RendezvousHash("", DomainName(builds_[id].candidate)) % list.size()]].push_back(
+            id);
       }
       size_t parked = 0;
       for (auto& [w, q] : local_) {
@@ -252,7 +255,8 @@ class Sim {
     } else {
       for (size_t id : lost) fair_.Finished(DomainName(builds_[id].candidate));
       for (size_t id : local_[gone]) fair_.Finished(DomainName(builds_[id].candidate));
-      for (size_t id : local_[gone]) fair_.Push(DomainName(builds_[id].candidate), std::to_string(id), true);
+      for (size_t id : local_[gone])
+        fair_.Push(DomainName(builds_[id].candidate), std::to_string(id), true);
       local_.erase(gone);
     }
     for (size_t id : lost) {
@@ -282,8 +286,7 @@ class Sim {
       if (cfg_.strategy == SimStrategy::kAffinity) {
         out.push_back(*pool_.placement().Preferred(CandName(c)));
       } else {
-        out.push_back(
-            worker_list_[RendezvousHash("", DomainName(c)) % worker_list_.size()]);
+        out.push_back(worker_list_[RendezvousHash("", DomainName(c)) % worker_list_.size()]);
       }
     }
     return out;
@@ -317,8 +320,9 @@ class Sim {
     }
     if (waits.empty()) return r;
     std::sort(waits.begin(), waits.end());
-    auto pct = [&](double p) { return waits[std::min(waits.size() - 1,
-                                                     static_cast<size_t>(p * waits.size()))]; };
+    auto pct = [&](double p) {
+      return waits[std::min(waits.size() - 1, static_cast<size_t>(p * waits.size()))];
+    };
     r.wait_p50_s = pct(0.50);
     r.wait_p99_s = pct(0.99);
     double wsum = 0;
@@ -339,8 +343,8 @@ class Sim {
 
   const SimConfig cfg_;
   Rng rng_;
-  PoolQueue pool_;   // kAffinity
-  FairQueue fair_;   // kRandom, kContextHash
+  PoolQueue pool_;                                   // kAffinity
+  FairQueue fair_;                                   // kRandom, kContextHash
   std::map<std::string, std::deque<size_t>> local_;  // kContextHash: per-worker queues
   std::map<std::string, WarmSet> warm_;
   std::map<std::string, size_t> busy_;

@@ -1,6 +1,7 @@
 // worker_sim: runs WorkerSim (pool/worker_sim.h) for the three strategies and prints the table
 // of docs/benchmarks.md ("Worker pool simulation"). Options (all optional):
-//   --workers N --slots N --domains N --candidates N --builds N --warmup N --warm-per-worker N --min-idle S --seed N --utilization U
+//   --workers N --slots N --domains N --candidates N --builds N --warmup N --warm-per-worker N
+//   --min-idle S --seed N --utilization U
 //   --sweep FILE   also sweep the offered load 0.40..0.90 and write a CSV (for bench/worker_sim.sh)
 #include <cstdio>
 #include <cstdlib>
@@ -28,26 +29,41 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     const char* v = argv[i + 1];
-    if (k == "--workers") base.workers = std::strtoul(v, nullptr, 10);
-    else if (k == "--slots") base.slots = std::strtoul(v, nullptr, 10);
-    else if (k == "--domains") base.domains = std::strtoul(v, nullptr, 10);
-    else if (k == "--candidates") base.candidates = std::strtoul(v, nullptr, 10);
-    else if (k == "--builds") base.builds = std::strtoul(v, nullptr, 10);
-    else if (k == "--warmup") base.warmup = std::strtoul(v, nullptr, 10);
-    else if (k == "--warm-per-worker") base.warm_per_worker = std::strtoul(v, nullptr, 10);
-    else if (k == "--min-idle") base.min_idle_s = std::strtod(v, nullptr);
-    else if (k == "--seed") base.seed = std::strtoull(v, nullptr, 10);
-    else if (k == "--utilization") base.utilization = std::strtod(v, nullptr);
-    else if (k == "--sweep") sweep = v;
+    if (k == "--workers")
+      base.workers = std::strtoul(v, nullptr, 10);
+    else if (k == "--slots")
+      base.slots = std::strtoul(v, nullptr, 10);
+    else if (k == "--domains")
+      base.domains = std::strtoul(v, nullptr, 10);
+    else if (k == "--candidates")
+      base.candidates = std::strtoul(v, nullptr, 10);
+    else if (k == "--builds")
+      base.builds = std::strtoul(v, nullptr, 10);
+    else if (k == "--warmup")
+      base.warmup = std::strtoul(v, nullptr, 10);
+    else if (k == "--warm-per-worker")
+      base.warm_per_worker = std::strtoul(v, nullptr, 10);
+    else if (k == "--min-idle")
+      base.min_idle_s = std::strtod(v, nullptr);
+    else if (k == "--seed")
+      base.seed = std::strtoull(v, nullptr, 10);
+    else if (k == "--utilization")
+      base.utilization = std::strtod(v, nullptr);
+    else if (k == "--sweep")
+      sweep = v;
     else {
       std::fprintf(stderr, "worker_sim: unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  std::printf("%zu workers x %zu slots, %zu domains, %zu candidates, %zu builds, offered load %.0f %%, seed %llu\n\n",
-              base.workers, base.slots, base.domains, base.candidates, base.builds,
-              100 * base.utilization, static_cast<unsigned long long>(base.seed));
-  std::printf("| strategy | warm hits | wait p50 s | wait p99 s | p99 / mean build | mean build s | Jain | utilization | moved at churn | spills |\n");
+  std::printf(
+      "%zu workers x %zu slots, %zu domains, %zu candidates, %zu builds, offered load %.0f %%, "
+      "seed %llu\n\n",
+      base.workers, base.slots, base.domains, base.candidates, base.builds, 100 * base.utilization,
+      static_cast<unsigned long long>(base.seed));
+  std::printf(
+      "| strategy | warm hits | wait p50 s | wait p99 s | p99 / mean build | mean build s | Jain | "
+      "utilization | moved at churn | spills |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto s : {kiln::SimStrategy::kAffinity, kiln::SimStrategy::kRandom,
                  kiln::SimStrategy::kContextHash}) {
