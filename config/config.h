@@ -50,6 +50,9 @@ inline std::string GitRemoteUrl(const ServerConfig& s, const std::string& domain
 struct SchedulerConfig {
   int max_parallel_builds = 2;            // 1..64
   int64_t build_log_max_bytes = 4 << 20;  // 4 KiB..1 GiB kept per build log
+  // Issue 20: a static worker pool for bare machines, "host:port" each (IPv6 "[addr]:port").
+  // Empty (the default): no pool, every build runs on this node exactly as before.
+  std::vector<std::string> workers;
 };
 
 struct RegistryConfig {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -658,9 +659,19 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
 
 void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
   const std::string path = "scheduler";
-  CheckKeys(obj, path, {"max_parallel_builds", "build_log_max_bytes"});
+  CheckKeys(obj, path, {"max_parallel_builds", "build_log_max_bytes", "workers"});
   ReadInt(obj, "max_parallel_builds", path, 1, 64, &out->max_parallel_builds);
   ReadInt(obj, "build_log_max_bytes", path, 4 << 10, int64_t{1} << 30, &out->build_log_max_bytes);
+  if (ReadStringList(obj, "workers", path, false, &out->workers)) {  // issue 20
+    std::set<std::string> seen;
+    for (size_t i = 0; i < out->workers.size(); ++i) {
+      std::string host;
+      int port = 0;
+      std::string why = ParseWorkerAddress(out->workers[i], &host, &port);
+      if (why.empty() && !seen.insert(out->workers[i]).second) why = "is listed twice";
+      if (!why.empty()) Problem(Index(Join(path, "workers"), i), "\"" + out->workers[i] + "\" " + why);
+    }
+  }
 }
 
 void ConfigReader::ReadRegistries(const json& obj, std::map<std::string, RegistryConfig>* out) {
@@ -1185,6 +1196,26 @@ int CheckConfigCommandWithFacts(const std::string& path, const HostFacts& facts,
   out << "config OK: " << config.domains.size() << " domains, " << config.registries.size()
       << " registries\n";
   return 0;
+}
+
+// Issue 20.
+std::string ParseWorkerAddress(const std::string& entry, std::string* host, int* port) {
+  size_t colon = entry.rfind(':');
+  if (colon == std::string::npos || colon + 1 == entry.size()) return "is not host:port";
+  std::string h = entry.substr(0, colon), p = entry.substr(colon + 1);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
+    h = h.substr(1, h.size() - 2);
+  } else if (h.find(':') != std::string::npos) {
+    return "is not host:port (write an IPv6 address as [address]:port)";
+  }
+  if (h.empty()) return "has an empty host";
+  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), ::isdigit) ||
+      std::stoi(p) < 1 || std::stoi(p) > 65535) {
+    return "has a port outside 1..65535";
+  }
+  *host = h;
+  *port = std::stoi(p);
+  return "";
 }
 
 }  // namespace kiln

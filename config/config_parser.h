@@ -51,4 +51,8 @@ std::vector<ConfigProblem> CollectConfigWarnings(const Config& config);
 /// valid. Returns the process exit code: 0 valid, 1 invalid.
 int CheckConfigCommand(const std::string& path, std::ostream& out, std::ostream& err);
 
+/// Issue 20: one `scheduler.workers` entry, "host:port" or "[IPv6]:port", into host (without
+/// brackets) and port. Returns "" when valid, else the reason ("is not host:port", ...).
+std::string ParseWorkerAddress(const std::string& entry, std::string* host, int* port);
+
 }  // namespace kiln

@@ -1325,5 +1325,25 @@ TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
 }
 // --- end issue 19 ---------------------------------------------------------------------------
 
+// --- issue 20: scheduler.workers ---------------------------------------------------------
+TEST_F(ConfigParserTest, SchedulerWorkersAreValidated) {
+  Config c;
+  ASSERT_TRUE(Parse(Valid(), &c).empty());
+  EXPECT_TRUE(c.scheduler.workers.empty());  // default: no pool, single node as before
+  json j = Valid();
+  j["scheduler"] = {{"workers", {"10.0.0.5:8710", "[fd00::1]:8711", "build-2.lan:9000"}}};
+  ASSERT_TRUE(Parse(j, &c).empty()) << Describe(Parse(j));
+  EXPECT_EQ(c.scheduler.workers.size(), 3u);
+  for (const std::string bad : {"10.0.0.5", ":8710", "h:0", "h:70000", "h:8a", "fd00::1:8710"}) {
+    j["scheduler"] = {{"workers", {"ok:1", bad}}};
+    ExpectOnly(j, "scheduler.workers[1]");
+  }
+  j["scheduler"] = {{"workers", {"a:1", "a:1"}}};
+  ExpectOnly(j, "scheduler.workers[1]");
+  j["scheduler"] = {{"workers", "a:1"}};
+  ExpectOnly(j, "scheduler.workers");
+}
+// --- end issue 20 ---------------------------------------------------------------------------
+
 }  // namespace
 }  // namespace kiln

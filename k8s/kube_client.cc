@@ -318,4 +318,26 @@ Status KubeClient::ListReplicaSets(const std::string& ns, const std::string& sel
               "", "", out, err);
 }
 
+Status KubeClient::ListEndpointSlices(const std::string& ns, const std::string& selector,
+                                      nlohmann::json* out, KubeCallError* err) {
+  Object obj{"list", "endpointslices", "discovery.k8s.io", "", ns};
+  return Call(obj, "GET",
+              "/apis/discovery.k8s.io/v1/namespaces/" + UrlEncode(ns) +
+                  "/endpointslices?labelSelector=" + UrlEncode(selector),
+              "", "", out, err);
+}
+
+Status KubeClient::WatchEndpointSlices(const std::string& ns, const std::string& selector,
+                                       const std::string& resource_version, int timeout_seconds,
+                                       std::string* out, KubeCallError* err) {
+  Object obj{"watch", "endpointslices", "discovery.k8s.io", "", ns};
+  return CallText(obj,
+                  "/apis/discovery.k8s.io/v1/namespaces/" + UrlEncode(ns) +
+                      "/endpointslices?labelSelector=" + UrlEncode(selector) +
+                      "&watch=true&allowWatchBookmarks=true&resourceVersion=" +
+                      UrlEncode(resource_version) +
+                      "&timeoutSeconds=" + std::to_string(timeout_seconds),
+                  out, err);
+}
+
 }  // namespace kiln

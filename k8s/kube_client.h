@@ -6,6 +6,7 @@
 //   GET   /apis/apps/v1/namespaces/{ns}/replicasets?labelSelector=...
 //   GET   /api/v1/namespaces/{ns}/pods/{pod}/log?container=&previous=&tailLines=&limitBytes=
 //   GET   /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name=<pod>
+//   GET   /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=...[&watch=true]
 // The Status messages name the API server and the kubeconfig: they are for kiln's log and the
 // operator. What the agent sees is built from KubeCallError (reason, status, the object) by
 // RolloutEvaluator::DescribeApiError, never from these messages.
@@ -109,6 +110,18 @@ class KubeClient {
   /// EventList (core/v1) of the object named `name` (fieldSelector involvedObject.name).
   Status ListEvents(const std::string& ns, const std::string& name, nlohmann::json* out,
                     KubeCallError* err = nullptr);
+
+  // --- Issue 20: worker discovery ---
+  /// EndpointSliceList (discovery.k8s.io/v1) matching the label selector. Errors as ListPods.
+  Status ListEndpointSlices(const std::string& ns, const std::string& selector,
+                            nlohmann::json* out, KubeCallError* err = nullptr);
+  /// A bounded watch of the EndpointSlices after `resource_version`, with bookmarks: *out gets
+  /// the raw stream (one JSON watch event per line) the API server sent until it closed the
+  /// watch after `timeout_seconds` (keep it below KubeClientOptions::io_timeout). A 410 comes
+  /// either as an ERROR event in the stream or as err->http_status 410.
+  Status WatchEndpointSlices(const std::string& ns, const std::string& selector,
+                             const std::string& resource_version, int timeout_seconds,
+                             std::string* out, KubeCallError* err = nullptr);
 
   /// "https://host:port" of the API server.
   const std::string& server() const { return server_; }

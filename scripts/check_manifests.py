@@ -12,7 +12,13 @@ already rendered multi-document YAML file, then asserts:
     (the Deployment of the same name and namespace, or the one named by the annotation
     kiln.dev/policy-for), and every Deployment is selected by a NetworkPolicy with both
     Ingress and Egress; every Service's selector matches a pod template of its namespace
-  * Roles grant exactly the documented verbs per resource (ROLE_RULES), nothing else
+  * Roles grant exactly the documented verbs per resource (ROLE_RULES for kiln-deployer,
+    ROLES for the others by name), nothing else; a Role of another name is refused
+  * worker pool (issue 20; pods labelled app.kubernetes.io/component=worker): the pod sets
+    hostUsers false; its NetworkPolicy admits only the scheduler's pods (podSelector peers
+    matching the server template, no namespaceSelector or ipBlock) and lets the pods reach only
+    the registry, the scheduler's pods and kube-dns; every StatefulSet has a
+    PodDisruptionBudget selecting its pods
   * no ClusterRole, no ClusterRoleBinding
   * no rule reaches secrets (also not through "*")
   * every Service is ClusterIP
@@ -51,13 +57,22 @@ ROLE_RULES = {
     ("", "events"): {"get", "list", "watch"},
     ("", "pods/log"): {"get"},  # a crashed container's last log lines for deploy failures
 }
+# Issue 20: every Role by name -> its documented rules (README.md, "RBAC" and "Workers").
+ROLES = {
+    "kiln-deployer": ROLE_RULES,
+    "kiln-worker-discovery": {("discovery.k8s.io", "endpointslices"): {"get", "list", "watch"}},
+}
+SERVER_COMPONENT, WORKER_COMPONENT = "server", "worker"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+# Pods a worker may reach besides the scheduler's (podSelector matchLabels subsets).
+WORKER_EGRESS_PEERS = [{"app.kubernetes.io/name": "registry"}, {"k8s-app": "kube-dns"}]
 # Capabilities a container may add (README.md, "What the builder needs").
 DOCUMENTED_CAPABILITIES = {"SYS_ADMIN"}
 # Exceptions to runAsNonRoot a pod template may claim (README.md, "Exceptions").
 DOCUMENTED_EXCEPTIONS = {"containerfile-mode-root"}
 EXCEPTION_PREFIX = "kiln.dev/security-exception."
 # Containers that may mount Secrets (the registry credential).
-SECRET_CONTAINERS = {"kiln"}
+SECRET_CONTAINERS = {"kiln", "worker"}  # worker: its push credential and TLS identity
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 DIGEST_IMAGE = re.compile(r"^(?P<name>[^@\s]+)@sha256:[0-9a-f]{64}$")
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
@@ -122,7 +137,7 @@ def selector_matches(selector, labels):
 
 def check_network_policies(objs, rep):
     deployments = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
-                   for o in objs if o.get("kind") == "Deployment"}
+                   for o in objs if o.get("kind") in ("Deployment", "StatefulSet")}
     covered = set()
     for np in (o for o in objs if o.get("kind") == "NetworkPolicy"):
         md, spec = np["metadata"], np.get("spec") or {}
@@ -145,7 +160,7 @@ def check_network_policies(objs, rep):
         covered.add((ns, target))
     for key, dep in deployments.items():
         if key not in covered:
-            rep.fail(dep, "no NetworkPolicy selects this Deployment's pods")
+            rep.fail(dep, f"no NetworkPolicy selects this {dep['kind']}'s pods")
 
 
 def check_services(objs, rep):
@@ -191,8 +206,12 @@ def check_rbac(objs, rep):
                     granted.setdefault((g, r), set()).update(verbs)
         if kind != "Role":
             continue
+        rules = ROLES.get(o["metadata"]["name"])
+        if rules is None:
+            rep.fail(o, f"Role is not documented (known: {', '.join(sorted(ROLES))})")
+            continue
         for (g, r), verbs in sorted(granted.items()):
-            want = ROLE_RULES.get((g, r))
+            want = rules.get((g, r))
             what = f"{r}" + (f" ({g})" if g else "")
             if want is None:
                 rep.fail(o, f"resource {what} is not in the documented set")
@@ -204,7 +223,7 @@ def check_rbac(objs, rep):
                 if missing:
                     msg += f" (missing: {', '.join(missing)})"
                 rep.fail(o, msg)
-        for (g, r) in sorted(set(ROLE_RULES) - set(granted)):
+        for (g, r) in sorted(set(rules) - set(granted)):
             rep.fail(o, f"documented resource {r}{' (' + g + ')' if g else ''} is missing")
 
 
@@ -273,6 +292,57 @@ def check_pods(objs, rep, require_pinned):
                                     f"{', '.join(sorted(SECRET_CONTAINERS))} may")
                     if vm.get("readOnly") is not True:
                         rep.fail(o, f"{where}: Secret volume {vm['name']} is not mounted readOnly")
+
+
+def component_of(obj):
+    meta, _ = pod_template(obj)
+    return ((meta or {}).get("labels") or {}).get(COMPONENT_LABEL)
+
+
+def check_worker_pool(objs, rep):
+    """Issue 20: the workers' pods, their NetworkPolicy and their disruption budget."""
+    servers = [((pod_template(o)[0] or {}).get("labels") or {}, o["metadata"].get("namespace"))
+               for o in objs if component_of(o) == SERVER_COMPONENT]
+
+    def is_server_peer(peer, ns):
+        sel = peer.get("podSelector")
+        return (sel is not None and "namespaceSelector" not in peer and "ipBlock" not in peer
+                and any(n == ns and selector_matches(sel, l) for l, n in servers))
+
+    def is_allowed_egress(peer, ns):
+        if is_server_peer(peer, ns):
+            return True
+        labels = (peer.get("podSelector") or {}).get("matchLabels") or {}
+        return "ipBlock" not in peer and any(
+            all(labels.get(k) == v for k, v in want.items()) for want in WORKER_EGRESS_PEERS)
+
+    workers = [o for o in objs if component_of(o) == WORKER_COMPONENT]
+    for w in workers:
+        _, spec = pod_template(w)
+        if spec.get("hostUsers") is not False:
+            rep.fail(w, "worker pods must set hostUsers: false (README.md, \"Workers\")")
+        ns, name = w["metadata"].get("namespace"), w["metadata"]["name"]
+        labels = (pod_template(w)[0] or {}).get("labels") or {}
+        for np in (o for o in objs if o.get("kind") == "NetworkPolicy"):
+            md, npspec = np["metadata"], np.get("spec") or {}
+            if md.get("namespace") != ns or not selector_matches(npspec.get("podSelector"), labels):
+                continue
+            for i, rule in enumerate(npspec.get("ingress") or []):
+                peers = rule.get("from")
+                if not peers or not all(is_server_peer(p, ns) for p in peers):
+                    rep.fail(np, f"ingress rule {i} admits more than the scheduler's pods: only "
+                                 "the scheduler may reach workers")
+            for i, rule in enumerate(npspec.get("egress") or []):
+                peers = rule.get("to")
+                if not peers or not all(is_allowed_egress(p, ns) for p in peers):
+                    rep.fail(np, f"egress rule {i} reaches more than the registry, the "
+                                 "scheduler and DNS")
+    pdbs = [o for o in objs if o.get("kind") == "PodDisruptionBudget"]
+    for sts in (o for o in objs if o.get("kind") == "StatefulSet"):
+        labels = (pod_template(sts)[0] or {}).get("labels") or {}
+        if not any(p["metadata"].get("namespace") == sts["metadata"].get("namespace")
+                   and selector_matches((p.get("spec") or {}).get("selector"), labels) for p in pdbs):
+            rep.fail(sts, "no PodDisruptionBudget selects this StatefulSet's pods")
 
 
 def check_config(objs, rep, kiln):
@@ -362,6 +432,7 @@ def main():
     check_services(objs, rep)
     check_rbac(objs, rep)
     check_pods(objs, rep, args.require_pinned)
+    check_worker_pool(objs, rep)
     if args.kiln:
         check_config(objs, rep, args.kiln)
     for w in rep.warnings:

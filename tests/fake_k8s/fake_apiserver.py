@@ -11,6 +11,13 @@ Serves, over HTTPS on 127.0.0.1, the real paths kiln uses:
             (text/plain; 404 for an unknown pod; 400 BadRequest for an unknown or missing
             container, previous=true without a previous instance, a container still waiting)
   GET       /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name=<pod>  (EventList)
+  GET       /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=...
+            (EndpointSliceList; with watch=true&resourceVersion=RV[&allowWatchBookmarks=true]
+            [&timeoutSeconds=N] a chunked watch stream of {"type": ADDED|MODIFIED|DELETED|
+            BOOKMARK|ERROR, "object": ...} lines, as the API server sends them: events after RV,
+            then new ones as they happen, until timeoutSeconds (default 5); a BOOKMARK with the
+            current resourceVersion each idle second when bookmarks are allowed; an RV older
+            than the last compaction gets one ERROR event carrying a 410 Expired Status)
 
 Authentication: "Authorization: Bearer <token>" looked up in a tokens file (JSON, re-read on
 every request) or a client certificate signed by the test CA (its CN looked up in the same
@@ -48,6 +55,9 @@ Test control (no auth; the server binds 127.0.0.1 only):
                                seconds=0 ends a stall
   GET  /_fake/stats            {"patch_requests": n, "patches_applied": n, "requests": [...]}
   GET  /_fake/deployments/{ns}/{name}  the stored object, without auth
+  POST /_fake/endpointslices   an EndpointSlice object: created (ADDED) or replaced (MODIFIED)
+  DELETE /_fake/endpointslices/{ns}/{name}  deleted (DELETED)
+  POST /_fake/compact          forgets the watch history: older resourceVersions get 410
 
 Usage: fake_apiserver.py --cert server.crt --key server.key --ca ca.crt --tokens tokens.json
                          --port 16443 [--port-file F] [--step-ms 100]
@@ -246,10 +256,48 @@ class Cluster:
         self.errimagepull_steps = 2  # steps a failing pull shows ErrImagePull before the back-off
         self.events = {}  # (ns, name) -> core/v1 Event
         self.logs = {}  # (ns, pod, container) -> {"current": str or None, "previous": str or None}
+        self.endpointslices = {}  # (ns, name) -> discovery.k8s.io/v1 EndpointSlice
+        self.slice_events = []  # (resourceVersion int, type, object) since the last compaction
+        self.compacted_rv = 0  # watches from an older resourceVersion get 410 Expired
+        self.changed = threading.Condition(self.lock)
 
     def next_rv(self):
         self.rv += 1
         return str(self.rv)
+
+    # -- EndpointSlices (test control) and their watch history
+
+    def put_slice(self, obj):
+        md = obj.setdefault("metadata", {})
+        if not md.get("name"):
+            raise ValueError("EndpointSlice without metadata.name")
+        md.setdefault("namespace", "default")
+        obj["apiVersion"], obj["kind"] = "discovery.k8s.io/v1", "EndpointSlice"
+        obj.setdefault("addressType", "IPv4")
+        obj.setdefault("endpoints", [])
+        key = (md["namespace"], md["name"])
+        old = self.endpointslices.get(key)
+        md["uid"] = old["metadata"]["uid"] if old else str(uuid.uuid4())
+        md.setdefault("creationTimestamp", now_rfc3339())
+        md["resourceVersion"] = self.next_rv()
+        self.endpointslices[key] = obj
+        self.slice_events.append((int(md["resourceVersion"]), "MODIFIED" if old else "ADDED",
+                                  copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def delete_slice(self, ns, name):
+        obj = self.endpointslices.pop((ns, name), None)
+        if obj is None:
+            return False
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        self.slice_events.append((int(obj["metadata"]["resourceVersion"]), "DELETED", obj))
+        self.changed.notify_all()
+        return True
+
+    def compact(self):
+        self.compacted_rv = self.rv
+        self.slice_events = []
 
     # -- seeding
 
@@ -691,8 +739,10 @@ RESOURCES = {
     ("apis/apps/v1", "replicasets"): ("apps", "ReplicaSet", "ReplicaSetList"),
     ("api/v1", "pods"): ("", "Pod", "PodList"),
     ("api/v1", "events"): ("", "Event", "EventList"),
+    ("apis/discovery.k8s.io/v1", "endpointslices"): ("discovery.k8s.io", "EndpointSlice",
+                                                     "EndpointSliceList"),
 }
-PATH_RE = re.compile(r"^/(apis/apps/v1|api/v1)/namespaces/([a-z0-9.-]+)/([a-z]+)"
+PATH_RE = re.compile(r"^/(apis/apps/v1|api/v1|apis/discovery\.k8s\.io/v1)/namespaces/([a-z0-9.-]+)/([a-z]+)"
                      r"(?:/([a-z0-9.-]+)(?:/([a-z]+))?)?/?$")
 SUBRESOURCES = {("pods", "log")}
 
@@ -811,8 +861,9 @@ class Handler(BaseHTTPRequestHandler):
                                     {})
         group, kind, list_kind = RESOURCES[(prefix, plural)]
         resource_key = plural + ("/" + sub if sub else "") + ("." + group if group else "")
+        watching = query.get("watch", ["false"])[0] in ("true", "1")
         if method == "GET":
-            verb = "get" if name else "list"
+            verb = "get" if name else ("watch" if watching else "list")
         elif method == "PATCH" and name and not sub:
             verb = "patch"
         else:
@@ -835,6 +886,10 @@ class Handler(BaseHTTPRequestHandler):
         self.record(200, user.get("user", ""))
         if sub == "log":
             return self.pod_log(ns, name, query)
+        if verb == "watch":
+            if plural != "endpointslices":
+                return self.send_status(405, "MethodNotAllowed", "only endpointslices are watchable here")
+            return self.watch_slices(ns, query)
         if verb == "list":
             return self.list_objects(ns, plural, list_kind, query)
         if verb == "get":
@@ -845,7 +900,7 @@ class Handler(BaseHTTPRequestHandler):
     def store_for(self, plural):
         c = self.server.cluster
         return {"deployments": c.deployments, "replicasets": c.replicasets, "pods": c.pods,
-                "events": c.events}[plural]
+                "events": c.events, "endpointslices": c.endpointslices}[plural]
 
     def send_text(self, code, text):
         data = text.encode("utf-8", "surrogateescape")
@@ -941,7 +996,8 @@ class Handler(BaseHTTPRequestHandler):
                      and all((field_of(o, f) == v) == eq for f, eq, v in fields)]
             rv = str(c.rv)
         self.send_json(200, {"kind": list_kind,
-                             "apiVersion": "v1" if plural in ("pods", "events") else "apps/v1",
+                             "apiVersion": "v1" if plural in ("pods", "events") else
+                             "discovery.k8s.io/v1" if plural == "endpointslices" else "apps/v1",
                              "metadata": {"resourceVersion": rv}, "items": items})
 
     def patch_deployment(self, ns, name, body):
@@ -998,6 +1054,57 @@ class Handler(BaseHTTPRequestHandler):
             out = copy.deepcopy(patched)
         self.send_json(200, out)
 
+    def watch_slices(self, ns, query):
+        """A watch stream as the API server sends it: chunked, one JSON event per line."""
+        try:
+            reqs = parse_selector(query.get("labelSelector", [""])[0])
+            since = int(query.get("resourceVersion", ["0"])[0] or 0)
+            timeout = float(query.get("timeoutSeconds", ["5"])[0])
+        except ValueError as e:
+            return self.send_status(400, "BadRequest", str(e))
+        bookmarks = query.get("allowWatchBookmarks", ["false"])[0] in ("true", "1")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(event):
+            data = (json.dumps(event) + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        c = self.server.cluster
+        deadline = time.monotonic() + timeout
+        try:
+            with c.lock:
+                if since and since < c.compacted_rv:
+                    chunk({"type": "ERROR", "object": status_body(
+                        410, "Expired", "too old resource version: %d (%d)" % (since, c.compacted_rv))})
+                    deadline = 0
+            while time.monotonic() < deadline:
+                with c.lock:
+                    todo = [(rv, t, copy.deepcopy(o)) for rv, t, o in c.slice_events
+                            if rv > since and o["metadata"].get("namespace") == ns
+                            and selector_matches(reqs, o["metadata"].get("labels", {}))]
+                    idle = False
+                    if not todo:
+                        idle_rv = c.rv  # nothing of ours up to here
+                        idle = not c.changed.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                if todo:
+                    for rv, t, o in todo:
+                        chunk({"type": t, "object": o})
+                        since = rv
+                elif idle and bookmarks and time.monotonic() < deadline:
+                    since = max(since, idle_rv)
+                    chunk({"type": "BOOKMARK", "object": {
+                        "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
+                        "metadata": {"resourceVersion": str(idle_rv)}}})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass
+        self.close_connection = True
+
     # -- test control
 
     def control(self, method, path, query, body):
@@ -1030,6 +1137,22 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(200, {"patch_requests": c.patch_requests,
                                             "patches_applied": c.patches_applied,
                                             "requests": list(c.requests)})
+        if path == "/_fake/endpointslices" and method == "POST":
+            try:
+                with c.lock:
+                    c.put_slice(json.loads(body.decode() or "{}"))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                return self.send_status(400, "BadRequest", "bad EndpointSlice: %s" % e)
+            return self.send_json(200, {"ok": True})
+        m = re.match(r"^/_fake/endpointslices/([^/]+)/([^/]+)$", path)
+        if m and method == "DELETE":
+            with c.lock:
+                found = c.delete_slice(m.group(1), m.group(2))
+            return self.send_json(200 if found else 404, {"deleted": found})
+        if path == "/_fake/compact" and method == "POST":
+            with c.lock:
+                c.compact()
+                return self.send_json(200, {"compacted": c.compacted_rv})
         m = re.match(r"^/_fake/deployments/([^/]+)/([^/]+)$", path)
         if m and method == "GET":
             with c.lock:
