@@ -35,6 +35,7 @@ LAYERS = [
     "k8s",        # Kubernetes deploy target
     "transport",  # MCP over HTTP, git smart HTTP, operator API
     "actors",     # scheduler/domain/candidate cores and actors
+    "pool",       # worker pool: placement, dispatch queue, discovery, remote builder (issue 20)
     "app",        # composition root and commands (main)
 ]
 # Test-only folders: leaves of the graph; may include whatever their targets link.
