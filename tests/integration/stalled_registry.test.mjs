@@ -129,8 +129,16 @@ before(async () => {
     domains: { slow: domain("slow", "silent", TIMEOUT_S), cold: domain("cold", "silent", TIMEOUT_S, "fine/cold"),
       fine: domain("fine", "good", 600, "fine/fine") },
   }, null, 1));
-  const cc = spawnSync(KILN, ["check-config", "--config", config], { encoding: "utf8" });
-  assert.equal(cc.status, 0, cc.stdout + cc.stderr);
+  // Asynchronously: check-config resolves the base images through the front server, which runs
+  // in this process.
+  const cc = await new Promise((resolve) => {
+    const p = spawn(KILN, ["check-config", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    p.stdout.on("data", (d) => { out += d; });
+    p.stderr.on("data", (d) => { out += d; });
+    p.on("close", (code) => resolve({ code, out }));
+  });
+  assert.equal(cc.code, 0, cc.out);
   kiln = spawn(KILN, ["serve", "--config", config, "--grace", "5"], { stdio: ["ignore", "pipe", "pipe"] });
   kiln.stdout.on("data", (d) => { kilnLog += d; });
   kiln.stderr.on("data", (d) => { kilnLog += d; });
