@@ -155,7 +155,9 @@ TEST_F(CheckoutTest, ChangedCtimeAloneDoesNotRewriteAFile) {
   for (const auto& e : fs::recursive_directory_iterator(ws_)) {  // ctime only: the same mode again
     struct stat st {};
     ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
-    if (S_ISREG(st.st_mode)) ASSERT_EQ(::chmod(e.path().c_str(), st.st_mode & 07777), 0);
+    if (S_ISREG(st.st_mode)) {
+      ASSERT_EQ(::chmod(e.path().c_str(), st.st_mode & 07777), 0);
+    }
   }
   StatStamp before = Stamp(ws_ + "/pkg/f7.go");
   clone_->Write("change.go", "v2\n");
