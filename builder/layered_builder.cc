@@ -177,7 +177,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   // The base image (two small GETs, once per process) resolves while the compile runs.
   auto resolved = std::make_shared<std::pair<Status, std::shared_ptr<const Base>>>();
   std::future<void> base_future =
-      std::async(std::launch::async, [this, resolved, reg = job.registry, ref = lb.base_image] {
+      std::async(std::launch::async, [this, resolved, reg = job.registry, ref = lb.base_image,
+                                      deadline = CurrentRegistryDeadline()] {
+        RegistryDeadlineScope in_time(deadline);  // issue 19: the build's deadline, on this thread
         resolved->first = ResolveBase(reg, ref, &resolved->second);
       });
   auto park_base = [&] {  // the build ends early: never keep its caller waiting on the registry
@@ -441,12 +443,21 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
     return c->PutBlob(repo, digest, *data);
   };
   // Every blob concurrently (the client is thread-safe), and what the tag points at now.
+  // Each thread carries the build's registry deadline (issue 19: a stalled registry fails the
+  // push within build.timeout_s, not after the client's own timeouts).
+  const RegistryDeadline deadline = CurrentRegistryDeadline();
+  auto ensure_in_time = [&](const std::string& digest, const std::string* data) {
+    RegistryDeadlineScope in_time(deadline);
+    return ensure(digest, data);
+  };
   std::vector<std::future<Status>> blobs;
   for (const auto& d : prep->image.base_layers)
-    blobs.push_back(std::async(std::launch::async, ensure, d.digest, nullptr));
-  blobs.push_back(std::async(std::launch::async, ensure, prep->layer.digest, &prep->layer.data));
-  blobs.push_back(std::async(std::launch::async, ensure, prep->image.config_desc.digest, &prep->image.config));
+    blobs.push_back(std::async(std::launch::async, ensure_in_time, d.digest, nullptr));
+  blobs.push_back(std::async(std::launch::async, ensure_in_time, prep->layer.digest, &prep->layer.data));
+  blobs.push_back(
+      std::async(std::launch::async, ensure_in_time, prep->image.config_desc.digest, &prep->image.config));
   auto current = std::async(std::launch::async, [&] {
+    RegistryDeadlineScope in_time(deadline);
     std::string body, type, digest;
     Status st = c->GetManifest(repo, job.tag, &body, &type, &digest);
     return st.ok() ? digest : std::string();

@@ -176,6 +176,15 @@ RegistryDeadlineScope::RegistryDeadlineScope(std::chrono::steady_clock::time_poi
   t_deadline_what = std::move(what);
 }
 
+RegistryDeadlineScope::RegistryDeadlineScope(const RegistryDeadline& carried)
+    : prev_deadline_(t_deadline), prev_what_(t_deadline_what) {
+  if (!carried.at) return;
+  t_deadline = carried.at;
+  t_deadline_what = carried.what;
+}
+
+RegistryDeadline CurrentRegistryDeadline() { return RegistryDeadline{t_deadline, t_deadline_what}; }
+
 RegistryDeadlineScope::~RegistryDeadlineScope() {
   t_deadline = prev_deadline_;
   t_deadline_what = prev_what_;

@@ -35,9 +35,20 @@ struct RegistryEndpoint {
 /// out of time fails Unavailable "registry <host> did not answer within <what>" (`what` names
 /// the bound in the caller's terms, e.g. "the build's timeout (build.timeout_s = 600 s)").
 /// Nested scopes: the inner one applies until it ends. Per thread; not shared.
+/// A thread's deadline as a value, to carry into the threads it starts: take
+/// CurrentRegistryDeadline() on the starting thread and open a RegistryDeadlineScope with it
+/// inside the new one (a deadline is per thread: std::async work would not see it otherwise).
+struct RegistryDeadline {
+  std::optional<std::chrono::steady_clock::time_point> at;  // unset: no deadline
+  std::string what;
+};
+RegistryDeadline CurrentRegistryDeadline();
+
 class RegistryDeadlineScope {
  public:
   RegistryDeadlineScope(std::chrono::steady_clock::time_point deadline, std::string what);
+  /// The carried deadline; when it has none, this thread's stays as it was.
+  explicit RegistryDeadlineScope(const RegistryDeadline& carried);
   ~RegistryDeadlineScope();
   RegistryDeadlineScope(const RegistryDeadlineScope&) = delete;
   RegistryDeadlineScope& operator=(const RegistryDeadlineScope&) = delete;
