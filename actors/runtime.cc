@@ -20,6 +20,7 @@
 #include "actors/domain_actor.h"
 #include "actors/domain_env.h"
 #include "actors/key_store.h"
+#include "actors/mcp_transport_actor.h"
 #include "actors/protocol.h"
 #include "actors/scheduler_actor.h"
 #include "actors/state_writer.h"
@@ -79,9 +80,9 @@ struct Runtime::Impl {
   std::shared_ptr<StateStore> store;                 // null when not persisting
   std::shared_ptr<StateWriter> writer;
 
-  std::mutex mu;
-  uint64_t next_handle = 1;
-  std::unordered_map<uint64_t, caf::actor> calls;  // handle -> bridge actor
+  // Issue 17: MCP tool calls go through the transport actor (actors/mcp_transport_actor.h).
+  mcp_transport_actor transport;
+  std::atomic<uint64_t> next_handle{1};
 
   // Readiness, refreshed in the background.
   std::mutex ready_mu;
@@ -236,6 +237,16 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     }
     impl->domains[name] = SpawnDomain(*impl->sys, env, impl->scheduler);
   }
+  // Issue 17: one MCP transport actor for the endpoint; deadlines from each domain's config.
+  std::map<std::string, CallTimeouts> timeouts;
+  for (const auto& [name, d] : config->domains) {
+    CallTimeouts t;
+    t.build = std::chrono::seconds(d.build.timeout_s + 1800);  // the build plus time in the queue
+    int rollout = d.deploy.kubernetes ? d.deploy.kubernetes->rollout_timeout_s : 300;
+    t.deploy = std::chrono::seconds(rollout + 300);            // plus lookup and image pull
+    timeouts[name] = t;
+  }
+  impl->transport = SpawnMcpTransport(*impl->sys, impl->domains, std::move(timeouts));
   Impl* raw = impl.get();
   impl->readiness = {{"builder", {{"ok", false}, {"detail", "first check pending"}}}};
   if (opts.readiness_checks) impl->ready_thread = std::thread([raw] {
@@ -269,113 +280,14 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
 }
 
 uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
-  Impl* impl = impl_.get();
-  auto dom = impl->domains.find(call.domain);
-  if (dom == impl->domains.end()) {
-    done({ErrorJson("unknown domain"), true});
-    return 0;
-  }
-  uint64_t handle;
-  {
-    std::lock_guard<std::mutex> l(impl->mu);
-    handle = impl->next_handle++;
-  }
-  caf::actor domain = dom->second;
-  // Exactly one answer per call, whatever happens: `answered` guards every way out (result,
-  // request error, an exception while rendering or delivering, the bridge exiting unanswered).
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto deliver = [impl, handle, done, answered, tool = call.tool](ToolResult r) {
-    if (answered->exchange(true)) return;
-    {
-      std::lock_guard<std::mutex> l(impl->mu);
-      impl->calls.erase(handle);
-    }
-    try {
-      MakeValidUtf8(&r.structured);  // build and program bytes may be ill-formed UTF-8
-      done(std::move(r));
-      return;
-    } catch (const std::exception& e) {
-      spdlog::error("call {}: rendering the result failed: {}", tool, e.what());
-    }
-    try {
-      done({ErrorJson("kiln could not render the result of " + tool +
-                      " (internal error); retry the call, and tell the operator if it persists"),
-            true});
-    } catch (const std::exception& e) {
-      spdlog::error("call {}: delivering the error result failed: {}", tool, e.what());
-    }
-  };
-  auto bridge = impl->sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    auto build_id = std::make_shared<std::string>();
-    auto cancel_pending = std::make_shared<bool>(false);
-    self->attach_functor([deliver](const caf::error&) {
-      deliver({ErrorJson("kiln stopped before the call finished; retry once it is back"), true});
-    });
-    self->set_exception_handler([deliver](caf::scheduled_actor*,
-                                          std::exception_ptr& eptr) -> caf::error {
-      try {
-        std::rethrow_exception(eptr);
-      } catch (const std::exception& e) {
-        spdlog::error("call bridge failed: {}", e.what());
-      } catch (...) {
-        spdlog::error("call bridge failed: unknown exception");
-      }
-      deliver({ErrorJson("kiln failed while answering this call (internal error); retry the call, "
-                         "and tell the operator if it persists"),
-               true});
-      return caf::make_error(caf::sec::runtime_error);
-    });
-    auto finish = [=](ToolResult r) {
-      deliver(std::move(r));
-      self->quit();
-    };
-    auto send_cancel = [=] {
-      ToolCall c{call.domain, "cancel_build", {{"build_id", *build_id}}};
-      caf::anon_send(domain, tool_atom::value, c, caf::actor{});
-    };
-    self->request(domain, caf::infinite, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
-        .then([=](ToolResult& r) { finish(std::move(r)); },
-              [=](caf::error& e) {
-                spdlog::warn("call {}: the domain did not answer: {}", call.tool,
-                             caf::to_string(e));
-                finish({ErrorJson("kiln could not complete " + call.tool +
-                                  " (the domain did not answer); retry the call, and tell the "
-                                  "operator if it persists"),
-                        true});
-              });
-    return {
-        [=](progress_atom, ToolProgress& p) {
-          if (progress) progress(p);
-        },
-        [=](started_atom, const BuildId& id) {
-          *build_id = id;
-          if (*cancel_pending) send_cancel();
-        },
-        [=](cancel_atom) {
-          if (build_id->empty())
-            *cancel_pending = true;
-          else
-            send_cancel();
-        },
-    };
-  });
-  {
-    std::lock_guard<std::mutex> l(impl->mu);
-    if (!answered->load()) impl->calls[handle] = bridge;  // not when already answered
-  }
+  // Issue 17: the transport actor owns the call from here (deadline, cancellation, answer).
+  uint64_t handle = impl_->next_handle.fetch_add(1);
+  caf::anon_send(impl_->transport, mcp_call_atom::value, handle, std::move(call),
+                 McpCallCallbacks{std::move(progress), std::move(done)});
   return handle;
 }
 
-void Runtime::Cancel(uint64_t handle) {
-  caf::actor a;
-  {
-    std::lock_guard<std::mutex> l(impl_->mu);
-    auto it = impl_->calls.find(handle);
-    if (it == impl_->calls.end()) return;
-    a = it->second;
-  }
-  caf::anon_send(a, cancel_atom::value);
-}
+void Runtime::Cancel(uint64_t handle) { caf::anon_send(impl_->transport, cancel_atom::value, handle); }
 
 nlohmann::json Runtime::Readiness() {
   std::lock_guard<std::mutex> l(impl_->ready_mu);
@@ -444,12 +356,10 @@ void Runtime::Shutdown(std::chrono::milliseconds grace) {
   if (impl->gc_thread.joinable()) impl->gc_thread.join();  // issue 19
   for (auto& [n, d] : impl->domains) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(impl->scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(impl->transport, caf::exit_reason::user_shutdown);  // answers what is left
   impl->domains.clear();
   impl->scheduler = nullptr;
-  {
-    std::lock_guard<std::mutex> l(impl->mu);
-    impl->calls.clear();
-  }
+  impl->transport = nullptr;
   impl->sys.reset();
   if (impl->writer) impl->writer->Drain();  // every journal write the actors posted is on disk
 }
