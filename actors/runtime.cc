@@ -10,10 +10,8 @@
 
 #include <atomic>
 #include <filesystem>
-#include <future>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
 #include "actors/blocking_work.h"
 #include "actors/build_metrics.h"
@@ -25,35 +23,17 @@
 #include "actors/scheduler_actor.h"
 #include "actors/state_writer.h"
 #include "actors/tool_views.h"
-#include "builder/buildah_builder.h"
-#include "builder/layered_builder.h"
-#include "builder/process_runner.h"
-#include "builder/registry_client.h"
 #include "common/json_text.h"
 #include "common/names.h"
 #include "state/state_store.h"
 #include "storage/collector.h"     // issue 19
 #include "storage/lease_table.h"   // issue 19
 #include "storage/state_leases.h"  // issue 19
-#include "deploy/local_deployer.h"
-#include "k8s/kubernetes_deployer.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The configured deploy target of a domain (null for "none").
-std::shared_ptr<Deployer> MakeDeployer(const std::string& name, const DomainConfig& d,
-                                       const RegistryConfig& reg, const std::string& domain_dir) {
-  if (d.deploy.type == "kubernetes" && d.deploy.kubernetes)
-    return std::make_shared<KubernetesDeployer>(*d.deploy.kubernetes);
-  if (d.deploy.type == "local" && d.deploy.local)
-    return std::make_shared<LocalDeployer>(name, *d.deploy.local,
-                                           RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file},
-                                           domain_dir + "/deploy");
-  return nullptr;
-}
 
 struct SystemConfig : caf::actor_system_config {
   explicit SystemConfig(size_t threads) {
@@ -65,8 +45,9 @@ struct SystemConfig : caf::actor_system_config {
 }  // namespace
 
 struct Runtime::Impl {
+  std::vector<std::shared_ptr<void>> keep_alive;  // destroyed last (RuntimeOptions::keep_alive)
   std::shared_ptr<const Config> config;
-  std::unique_ptr<ProcessRunner> runner;
+  std::function<Status(const RegistryConfig&)> probe_registry;
   std::shared_ptr<Builder> builder;          // containerfile mode (or the injected builder)
   std::shared_ptr<Builder> layered;          // layered mode
   std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
@@ -127,12 +108,8 @@ void Runtime::Impl::RefreshReadiness() {
   Status b = builder->Check();
   checks["builder"] = {{"ok", b.ok()}, {"detail", b.ok() ? "buildah works" : b.message()}};
   for (const auto& [name, reg] : config->registries) {
-    // The same client the layered builder pushes with: one attempt, short timeouts.
-    RegistryClientOptions ro;
-    ro.attempts = 1;
-    ro.io_timeout = std::chrono::milliseconds(3000);
-    RegistryClient client(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file}, ro);
-    Status st = client.Ping();
+    if (!probe_registry) break;
+    Status st = probe_registry(reg);
     checks["registry:" + name] = {{"ok", st.ok()}, {"detail", st.ok() ? "answers" : st.message()}};
   }
   std::lock_guard<std::mutex> l(ready_mu);
@@ -151,11 +128,13 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
                        std::unique_ptr<Runtime>* out) {
   auto impl = std::make_unique<Impl>();
   impl->work->ExportTo(std::shared_ptr<MetricsRegistry>(impl->metrics, &impl->metrics->registry()));
+  if (!opts.builder)
+    return Status::InvalidArgument("no builder: compose the runtime first (app/composition.h)");
+  impl->keep_alive = std::move(opts.keep_alive);
   impl->config = config;
-  impl->runner = MakePosixProcessRunner();
-  impl->builder = opts.builder ? opts.builder
-                              : std::make_shared<BuildahBuilder>(impl->runner.get(), "buildah", config);
-  impl->layered = opts.builder ? opts.builder : std::make_shared<LayeredBuilder>(impl->runner.get());
+  impl->probe_registry = std::move(opts.probe_registry);
+  impl->builder = opts.builder;
+  impl->layered = opts.layered ? opts.layered : opts.builder;
   std::error_code ec;
   std::string state = fs::absolute(config->server.state_dir).string();
   std::string home = state + "/home";
@@ -215,8 +194,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     }
     if (opts.deployers.count(name))
       env->deployer = opts.deployers.at(name);
-    else if (opts.deploy)
-      env->deployer = MakeDeployer(name, d, reg->second, env->domain_dir);
+    else if (opts.deploy && opts.make_deployer)
+      env->deployer = opts.make_deployer(name, d, reg->second, env->domain_dir);
     if (env->deployer) impl->deployers.push_back(env->deployer);
     env->store = impl->store;
     env->writer = impl->writer;
