@@ -280,6 +280,54 @@ void Attach(DeployRun& run, bool wait, const caf::actor& sink, caf::response_pro
   if (sink) run.sinks.push_back(sink);
 }
 
+// Issue 17: the in_progress record of a new deploy; `promises` hear of it once it is durable.
+void JournalDeployStart(Self* self, const DeployRun& run, std::vector<caf::response_promise> promises) {
+  auto& s = self->state;
+  DeployRecord rec;
+  rec.deploy_id = run.id;
+  rec.domain = s.env->domain;
+  rec.build_id = run.req.build_id;
+  rec.image = run.req.image;
+  rec.status = DeployStateName(DeployState::kInProgress);
+  auto store = s.env->store;
+  s.answers.After(store ? s.env->writer.get() : nullptr, caf::actor_cast<caf::actor>(self),
+                  [store, rec]() mutable {
+                    Status st = store->RecordDeploy(&rec);
+                    if (!st.ok())
+                      spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id, st.message());
+                  },
+                  ToolResult{DeployJson(run), false}, std::move(promises));
+}
+
+// Issue 17 (MCP tasks/get of a deploy): the deploy `id` as deploy_candidate reports it; after a
+// restart from the journal (the domain's newest deploy and its deployed one). A deploy that was
+// in progress when kiln stopped is failed (Interrupted). Error without "status" when unknown.
+ToolResult DeployResultById(Self* self, const std::string& id) {
+  auto& s = self->state;
+  auto it = s.deploys.find(id);
+  if (it != s.deploys.end())
+    return ToolResult{DeployJson(it->second),
+                      it->second.result && it->second.result->state != DeployState::kRolledOut};
+  if (s.env->store) {
+    for (auto rec : {s.env->store->LatestDeploy(s.env->domain), s.env->store->Deployed(s.env->domain)}) {
+      if (!rec || rec->deploy_id != id) continue;
+      nlohmann::json j = {{"deploy_id", rec->deploy_id}, {"build_id", rec->build_id},
+                          {"image", {{"ref", rec->image}}}, {"status", rec->status},
+                          {"reason", rec->reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(rec->reason)}};
+      if (auto b = s.env->store->Build(rec->build_id)) j["candidate"] = b->candidate;
+      if (rec->status == "in_progress") {
+        j["status"] = "failed";
+        j["reason"] = "Interrupted";
+        j["error"] = "kiln stopped while this deploy was in progress";
+        j["error_kind"] = "infrastructure";
+        j["next_step"] = "deploy the build again (deploy_candidate)";
+      }
+      return ToolResult{j, j["status"] != "rolled_out"};
+    }
+  }
+  return Error("deploy '" + id + "' not found");
+}
+
 // The build to deploy is known (`info` from the candidate's lookup): order it and run it.
 void AdmitDeploy(Self* self, uint64_t arrival, const nlohmann::json& info, bool wait,
                  const caf::actor& sink, caf::response_promise rp) {
@@ -334,7 +382,10 @@ void AdmitDeploy(Self* self, uint64_t arrival, const nlohmann::json& info, bool 
       it->second.cancel->Cancel();
     }
   }
-  Attach(run, wait, sink, rp);
+  // Issue 17: a new deploy is journaled (in_progress) before a caller that does not wait hears
+  // of it, so an MCP task for it resolves right after (and after a restart).
+  if (wait) Attach(run, wait, sink, rp);
+  JournalDeployStart(self, run, wait ? std::vector<caf::response_promise>{} : std::vector<caf::response_promise>{rp});
   if (d.action == DeployOrder::Action::kStart) StartDeploy(self, run);
 }
 
@@ -526,6 +577,16 @@ caf::behavior DomainBehavior(Self* self, std::shared_ptr<const DomainEnv> env, c
             }
           }
           return ByBuildId(self, id, caf::make_message(status_atom::value, id));
+        }
+        if (tool == "deploy_result" || tool == "cancel_deploy") {  // issue 17: MCP deploy tasks
+          const nlohmann::json& a = call.arguments;
+          if (!a.is_object() || !a.contains("deploy_id") || !a["deploy_id"].is_string())
+            return Error(tool + " needs deploy_id (string)");
+          const std::string id = a["deploy_id"].get<std::string>();
+          auto run = s.deploys.find(id);
+          if (tool == "cancel_deploy" && run != s.deploys.end() && !run->second.result)
+            run->second.cancel->Cancel();  // the deploy ends failed (Cancelled)
+          return DeployResultById(self, id);
         }
         if (tool == "cancel_build") {
           std::string id;
