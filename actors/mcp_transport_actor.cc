@@ -144,6 +144,18 @@ mcp_transport_actor::behavior_type TransportBehavior(TransportPtr self,
         auto& s = self->state;
         if (auto id = s.calls->Cancel(handle)) SendCancel(self, s.calls->Find(handle)->domain, *id);
       },
+      [=](disconnect_atom, uint64_t handle) {
+        auto& s = self->state;
+        const McpCallTable::Entry* e = s.calls->Find(handle);
+        if (!e) return;
+        auto t = s.timeouts.find(e->domain);
+        bool cancel = t != s.timeouts.end() && t->second.cancel_on_disconnect;
+        if (auto id = s.calls->Disconnect(handle, cancel)) {
+          spdlog::info("call {} (domain {}): stream closed; cancelling build {} (cancel_on_disconnect)",
+                       e->tool, e->domain, *id);
+          SendCancel(self, e->domain, *id);
+        }
+      },
       [=](progress_atom, uint64_t handle, ToolProgress& p) {
         const McpCallTable::Entry* e = self->state.calls->Find(handle);
         if (e && e->progress) e->progress(p);

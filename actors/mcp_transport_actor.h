@@ -8,6 +8,10 @@
 // Typed interface (mcp_transport_actor):
 //   (mcp_call_atom, handle, ToolCall, McpCallCallbacks)  a call; `done` runs exactly once
 //   (cancel_atom, handle)                                 the client cancelled the call
+//   (disconnect_atom, handle)                             the call's stream closed: cancels
+//                                                         its build when the domain's
+//                                                         cancel_on_disconnect says so and
+//                                                         no other call waits for it
 //   (progress_atom, handle, ToolProgress)                 from the call's progress sink
 //   (started_atom, handle, BuildId)                       from the call's progress sink
 //   (stats_atom) -> uint64_t                              calls in flight
@@ -37,6 +41,7 @@
 namespace kiln {
 
 using mcp_call_atom = caf::atom_constant<caf::atom("k_mcall")>;
+using disconnect_atom = caf::atom_constant<caf::atom("k_discon")>;
 
 struct McpCallCallbacks {
   ToolBackend::ProgressFn progress;
@@ -46,12 +51,13 @@ struct McpCallCallbacks {
 using mcp_transport_actor =
     caf::typed_actor<caf::reacts_to<mcp_call_atom, uint64_t, ToolCall, McpCallCallbacks>,
                      caf::reacts_to<cancel_atom, uint64_t>,
+                     caf::reacts_to<disconnect_atom, uint64_t>,
                      caf::reacts_to<progress_atom, uint64_t, ToolProgress>,
                      caf::reacts_to<started_atom, uint64_t, BuildId>,
                      caf::replies_to<stats_atom>::with<uint64_t>>;
 
 /// Spawns the transport actor over `domains` (name -> domain actor) with each domain's
-/// deadlines (`timeouts`; domains not listed get CallTimeouts{}).
+/// deadlines and disconnect policy (`timeouts`; domains not listed get CallTimeouts{}).
 mcp_transport_actor SpawnMcpTransport(caf::actor_system& sys, std::map<std::string, caf::actor> domains,
                                       std::map<std::string, CallTimeouts> timeouts);
 

@@ -168,5 +168,35 @@ TEST_F(TransportActorTest, CallsInFlightWhenKilnStopsAreAnswered) {
   }
 }
 
+// Issue 17: a request's stream closed mid-build (build.cancel_on_disconnect).
+TEST_F(TransportActorTest, AClosedStreamCancelsTheBuildWhenTheDomainSaysSo) {
+  CallTimeouts t;
+  t.cancel_on_disconnect = true;
+  Start(t);
+  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{9},
+                 ToolCall{"a", "build_candidate", {{"candidate", "x"}}}, Callbacks(seen_));
+  ASSERT_TRUE(seen_->WaitFor([&] { return seen_->progress.size() == 1; }));
+  caf::anon_send(transport_, disconnect_atom::value, uint64_t{9});
+  ASSERT_TRUE(seen_->WaitFor([&] { return seen_->done.size() == 1; }));  // the slot is freed
+  std::lock_guard<std::mutex> l(seen_->mu);
+  ASSERT_EQ(seen_->cancelled_builds.size(), 1u);
+  EXPECT_EQ(seen_->cancelled_builds[0], "b-42");
+}
+
+TEST_F(TransportActorTest, AClosedStreamKeepsTheBuildByDefault) {
+  Start();
+  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{9},
+                 ToolCall{"a", "build_candidate", {{"candidate", "x"}}}, Callbacks(seen_));
+  ASSERT_TRUE(seen_->WaitFor([&] { return seen_->progress.size() == 1; }));
+  caf::anon_send(transport_, disconnect_atom::value, uint64_t{9});
+  // A later call through the transport reaches the domain after anything the disconnect sent.
+  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{10},
+                 ToolCall{"a", "candidate_status", {{"candidate", "x"}}}, Callbacks(seen_));
+  ASSERT_TRUE(seen_->WaitFor([&] { return seen_->done.size() == 1; }));
+  std::lock_guard<std::mutex> l(seen_->mu);
+  EXPECT_EQ(seen_->done[0].structured["state"], "idle");  // the status answer, not the build's
+  EXPECT_TRUE(seen_->cancelled_builds.empty());            // the build keeps running
+}
+
 }  // namespace
 }  // namespace kiln

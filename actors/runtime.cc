@@ -223,6 +223,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     t.build = std::chrono::seconds(d.build.timeout_s + 1800);  // the build plus time in the queue
     int rollout = d.deploy.kubernetes ? d.deploy.kubernetes->rollout_timeout_s : 300;
     t.deploy = std::chrono::seconds(rollout + 300);            // plus lookup and image pull
+    t.cancel_on_disconnect = d.build.cancel_on_disconnect;
     timeouts[name] = t;
   }
   impl->transport = SpawnMcpTransport(*impl->sys, impl->domains, std::move(timeouts));
@@ -267,6 +268,10 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
 }
 
 void Runtime::Cancel(uint64_t handle) { caf::anon_send(impl_->transport, cancel_atom::value, handle); }
+
+void Runtime::Disconnected(uint64_t handle) {
+  caf::anon_send(impl_->transport, disconnect_atom::value, handle);
+}
 
 nlohmann::json Runtime::Readiness() {
   std::lock_guard<std::mutex> l(impl_->ready_mu);

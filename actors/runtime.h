@@ -58,6 +58,7 @@ class Runtime : public ToolBackend {
   // ToolBackend
   uint64_t Call(ToolCall call, ProgressFn progress, DoneFn done) override;
   void Cancel(uint64_t handle) override;
+  void Disconnected(uint64_t handle) override;
   nlohmann::json Readiness() override;
   std::string MetricsText() override;
 

@@ -765,7 +765,7 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
-             "base_images", "limits", "on_push"});
+             "base_images", "limits", "on_push", "cancel_on_disconnect"});
   std::string mode;
   if (ReadString(obj, "mode", path, true, &mode)) {
     if (mode == "containerfile" || mode == "layered") {
@@ -801,6 +801,7 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
   ReadInt(obj, "max_file_mb", path, 1, int64_t{1} << 20, &out->max_file_mb);
   // --- issue 18: build.on_push ---
   ReadBool(obj, "on_push", path, &out->on_push);
+  ReadBool(obj, "cancel_on_disconnect", path, &out->cancel_on_disconnect);  // issue 17
   // --- end issue 18 ---
   // --- issue 15: build.base_images (config/base_image_policy.h) ---
   std::vector<std::string> base_images;

@@ -1063,6 +1063,7 @@ struct CallRun {
   // its stream closed first), and whether the stream closed first. Guarded by mu.
   bool slot_freed = false;
   bool stream_closed = false;
+  std::optional<uint64_t> handle;  // the backend's handle of the call, once known
 };
 
 }  // namespace
@@ -1080,13 +1081,19 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
   if (decision.modern) {
     // Closing the request's stream cancels the request: its slot is freed and its answer
     // dropped. A build it started keeps running for other callers to join (docs/tools.md).
-    responder->OnClose([run, shared] {
-      std::lock_guard<std::mutex> lock(run->mu);
-      if (run->slot_freed) return;
-      run->slot_freed = true;
-      run->stream_closed = true;
-      shared->handler.ModernCallFinished();
-      shared->metrics.Increment("kiln_mcp_stream_closed_total", {});
+    ToolBackend* backend = &backend_;
+    responder->OnClose([run, shared, backend] {
+      std::optional<uint64_t> handle;
+      {
+        std::lock_guard<std::mutex> lock(run->mu);
+        if (run->slot_freed) return;
+        run->slot_freed = true;
+        run->stream_closed = true;
+        handle = run->handle;
+        shared->handler.ModernCallFinished();
+        shared->metrics.Increment("kiln_mcp_stream_closed_total", {});
+      }
+      if (handle) backend->Disconnected(*handle);  // the domain decides about its build
     });
   }
   for (size_t i = 0; i < decision.calls.size(); ++i) {
@@ -1126,8 +1133,17 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
       }
     };
     uint64_t handle = backend_.Call(call.call, std::move(progress), std::move(done));
-    if (!call.modern && shared_->handler.CallStarted(session, call, handle))
+    if (call.modern) {
+      bool closed;
+      {
+        std::lock_guard<std::mutex> lock(run->mu);
+        run->handle = handle;
+        closed = run->stream_closed && !run->stream.complete();
+      }
+      if (closed) backend_.Disconnected(handle);  // closed before the handle was known
+    } else if (shared_->handler.CallStarted(session, call, handle)) {
       backend_.Cancel(handle);
+    }
   }
 }
 

@@ -45,10 +45,37 @@ bool McpCallTable::Add(uint64_t handle, Entry entry) {
 std::optional<std::string> McpCallTable::Started(uint64_t handle, const std::string& build_id) {
   auto it = calls_.find(handle);
   if (it == calls_.end()) return std::nullopt;
-  it->second.build_id = build_id;
-  if (!it->second.cancel_pending) return std::nullopt;
-  it->second.cancel_pending = false;
-  return build_id;
+  Entry& e = it->second;
+  e.build_id = build_id;
+  if (e.cancel_pending) {
+    e.cancel_pending = false;
+    return build_id;
+  }
+  if (e.disconnected && e.cancel_on_disconnect) {
+    e.cancel_on_disconnect = false;
+    if (!OthersWaitFor(handle, build_id)) return build_id;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> McpCallTable::Disconnect(uint64_t handle, bool cancel) {
+  auto it = calls_.find(handle);
+  if (it == calls_.end() || it->second.disconnected) return std::nullopt;
+  Entry& e = it->second;
+  e.disconnected = true;
+  if (!cancel) return std::nullopt;
+  if (e.build_id.empty()) {
+    e.cancel_on_disconnect = true;  // Started decides
+    return std::nullopt;
+  }
+  if (OthersWaitFor(handle, e.build_id)) return std::nullopt;
+  return e.build_id;
+}
+
+bool McpCallTable::OthersWaitFor(uint64_t handle, const std::string& build_id) const {
+  for (const auto& [h, e] : calls_)
+    if (h != handle && !e.disconnected && e.build_id == build_id) return true;
+  return false;
 }
 
 std::optional<std::string> McpCallTable::Cancel(uint64_t handle) {

@@ -4,7 +4,10 @@
 //
 // A call is added when it is dispatched and leaves the table exactly once (Finish or
 // TakeAll), so its `done` runs exactly once. A cancellation that arrives before the call's
-// build id is known is remembered and answered by Started.
+// build id is known is remembered and answered by Started. A closed stream (Disconnect)
+// cancels the build only when the domain says so and no other call still waits for it.
+//
+// CallTimeouts also carries the domain's disconnect policy.
 //
 // CallTimeout: every request the transport sends to a domain has a deadline. Quick tools get
 // `quick`; calls that wait for a build (build_candidate without wait:false) get `build`, and
@@ -29,6 +32,7 @@ struct CallTimeouts {
   std::chrono::seconds quick{60};
   std::chrono::seconds build{600 + 1800};  // build.timeout_s plus time in the queue
   std::chrono::seconds deploy{300 + 300};  // rollout timeout plus the build lookup and push
+  bool cancel_on_disconnect = false;       // the domain's build.cancel_on_disconnect
 };
 
 /// Which deadline applies to `call` (see the header comment).
@@ -49,6 +53,8 @@ class McpCallTable {
     ToolBackend::DoneFn done;
     std::string build_id;         // known once the domain reported it (started)
     bool cancel_pending = false;  // cancelled before the build id was known
+    bool disconnected = false;    // the client closed the call's stream (waits no more)
+    bool cancel_on_disconnect = false;  // ... and the domain says cancel (build id not known yet)
   };
 
   /// Records a dispatched call. Returns false (and changes nothing) when `handle` is in use.
@@ -61,6 +67,12 @@ class McpCallTable {
   /// The client cancelled the call. Returns the build id to cancel now; nullopt when the call
   /// is unknown or finished, or when its build id is not known yet (then Started returns it).
   std::optional<std::string> Cancel(uint64_t handle);
+
+  /// The client closed the call's stream: it waits no more. With `cancel` (the domain's
+  /// build.cancel_on_disconnect) returns the build id to cancel now when no other call in the
+  /// table still waits for the same build; when the build id is not known yet, Started
+  /// decides. The call stays in the table until the domain answers.
+  std::optional<std::string> Disconnect(uint64_t handle, bool cancel);
 
   /// The in-flight call (null when unknown or finished). Valid until the table changes.
   const Entry* Find(uint64_t handle) const;
@@ -77,6 +89,7 @@ class McpCallTable {
   size_t size(const std::string& domain) const;
 
  private:
+  bool OthersWaitFor(uint64_t handle, const std::string& build_id) const;
   std::unordered_map<uint64_t, Entry> calls_;
 };
 

@@ -59,6 +59,37 @@ TEST(McpCallTable, TakeAllEmptiesTheTableAndCountsPerDomain) {
   EXPECT_EQ(t.size(), 0u);
 }
 
+TEST(McpCallTable, AClosedStreamCancelsOnlyWhenTheDomainSaysSoAndNoOneElseWaits) {
+  McpCallTable t;
+  ASSERT_TRUE(t.Add(1, E("a", "build_candidate")));
+  ASSERT_TRUE(t.Add(2, E("a", "build_candidate")));
+  t.Started(1, "b-1");
+  t.Started(2, "b-1");                         // a second caller joined the same build
+  EXPECT_EQ(t.Disconnect(1, true), std::nullopt);  // call 2 still waits: the build keeps running
+  EXPECT_EQ(t.Disconnect(2, true), std::optional<std::string>("b-1"));  // the last one: cancel
+  EXPECT_EQ(t.Disconnect(2, true), std::nullopt);  // once
+
+  McpCallTable d;  // default (cancel_on_disconnect false): never cancels
+  ASSERT_TRUE(d.Add(1, E("a", "build_candidate")));
+  d.Started(1, "b-2");
+  EXPECT_EQ(d.Disconnect(1, false), std::nullopt);
+  EXPECT_EQ(d.Cancel(1), std::optional<std::string>("b-2"));  // an explicit cancel still works
+}
+
+TEST(McpCallTable, AStreamClosedBeforeTheBuildIdIsKnownIsDecidedByStarted) {
+  McpCallTable t;
+  ASSERT_TRUE(t.Add(1, E("a", "build_candidate")));
+  EXPECT_EQ(t.Disconnect(1, true), std::nullopt);
+  EXPECT_EQ(t.Started(1, "b-3"), std::optional<std::string>("b-3"));
+
+  McpCallTable o;  // another caller waits for that build: Started keeps it
+  ASSERT_TRUE(o.Add(1, E("a", "build_candidate")));
+  ASSERT_TRUE(o.Add(2, E("a", "build_candidate")));
+  o.Started(2, "b-4");
+  EXPECT_EQ(o.Disconnect(1, true), std::nullopt);
+  EXPECT_EQ(o.Started(1, "b-4"), std::nullopt);
+}
+
 TEST(CallTimeout, WaitingCallsGetTheLongDeadlines) {
   CallTimeouts t{std::chrono::seconds(60), std::chrono::seconds(2400), std::chrono::seconds(600)};
   EXPECT_EQ(CallTimeout({"a", "candidate_status", {{"candidate", "x"}}}, t).count(), 60);
