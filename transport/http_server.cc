@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/json_text.h"
+#include "transport/mcp_call_table.h"  // CallWaitsForWork (issue 17)
 #include "transport/mcp_handler.h"
 
 namespace kiln {
@@ -1078,9 +1079,15 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
   }
   std::shared_ptr<ServerShared> shared = shared_;
   const std::string session = decision.session_id;
-  if (decision.modern) {
-    // Closing the request's stream cancels the request: its slot is freed and its answer
-    // dropped. A build it started keeps running for other callers to join (docs/tools.md).
+  // Closing the request's stream cancels the request: its slot is freed and its answer
+  // dropped; the domain decides about a build it started (build.cancel_on_disconnect,
+  // docs/tools.md). Only calls that wait for work watch the socket: a quick call is answered
+  // (or answered `timeout` by the transport actor's deadline) without it, and the watch costs
+  // a reactor operation per request (issue 17 bench).
+  const bool watch_close =
+      decision.modern && std::any_of(decision.calls.begin(), decision.calls.end(),
+                                     [](const PendingCall& c) { return CallWaitsForWork(c.call); });
+  if (watch_close) {
     ToolBackend* backend = &backend_;
     responder->OnClose([run, shared, backend] {
       std::optional<uint64_t> handle;
