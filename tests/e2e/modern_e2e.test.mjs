@@ -5,7 +5,8 @@
 // concurrent status calls, a build task polled to completion, a cancelled task, a task polled
 // across kill -9 and a restart of kiln, a wrong token, another domain's task id, a deploy as a
 // task (to the fake Kubernetes API server, polled to completion and again after the restart),
-// and a request whose stream is closed mid-build.
+// and a request whose stream is closed mid-build (the build keeps running by default, and is
+// cancelled in a domain with build.cancel_on_disconnect when no one else waits for it).
 //
 //   KILN=build/app/kiln node --test tests/e2e/modern_e2e.test.mjs
 import { test, before, after } from "node:test";
@@ -151,7 +152,10 @@ before(async () => {
     server: { listen: `127.0.0.1:${PORT}`, metrics_listen: `127.0.0.1:${PORT + 1}`, state_dir: path.join(dir, "state") },
     scheduler: { max_parallel_builds: 2 },
     registries: { local: { url: `http://127.0.0.1:${REG_PORT}`, auth_file: path.join(regDir, "auth.json") } },
-    domains: { epp: domain(tokenA, "modern/epp", { deploy: k8s }), other: domain(tokenB, "modern/other") },
+    domains: { epp: domain(tokenA, "modern/epp", { deploy: k8s }),
+      // build.cancel_on_disconnect: a closed stream cancels a build no one else waits for
+      other: domain(tokenB, "modern/other", {
+        build: { mode: "containerfile", timeout_s: 600, on_push: false, cancel_on_disconnect: true } }) },
   }));
   await startKiln();
   const push = (branch, mutate) => pushCandidate(dir, { port: PORT, domain: "epp", branch, token: tokenA, mutate });
@@ -161,6 +165,11 @@ before(async () => {
     const f = path.join(w, "internal/scorer/scorer.go");
     fs.writeFileSync(f, fs.readFileSync(f, "utf8").replace(/s \+= w\.Adapter$/m, "s += w.AdapterPenalty"));
   });
+  const slow = (b) => (w) => {
+    const f = path.join(w, "Containerfile");
+    fs.writeFileSync(f, fs.readFileSync(f, "utf8").replace("WORKDIR /src", `WORKDIR /src\nRUN sleep 60 # ${b}`));
+  };
+  pushCandidate(dir, { port: PORT, domain: "other", branch: "slowx", token: tokenB, mutate: slow("slowx") });
   for (const b of ["slow", "slow2", "slow3", "slow4"]) {
     push(b, (w) => {
       const f = path.join(w, "Containerfile");
@@ -386,5 +395,31 @@ test("closing a request's stream mid-build frees its slot; the build keeps runni
   const join = await client.callTool({ name: "build_candidate", arguments: { candidate: "slow3", wait: false } });
   assert.equal(join.structuredContent.build_id, s.structuredContent.latest_build.build_id);
   await client.callTool({ name: "cancel_build", arguments: { build_id: join.structuredContent.build_id } });
+  await client.close();
+});
+
+test("cancel_on_disconnect: closing the only request's stream mid-build cancels its build", async () => {
+  const client = await connect(tokenB);  // domain "other" sets build.cancel_on_disconnect
+  const ac = new AbortController();
+  const call = client.callTool({ name: "build_candidate", arguments: { candidate: "slowx" } }, { ...long, signal: ac.signal });
+  let s;
+  for (let i = 0; i < 600; i++) {
+    s = await client.callTool({ name: "candidate_status", arguments: { candidate: "slowx" } });
+    if (s.structuredContent.state === "building") break;
+    await sleep(100);
+  }
+  assert.equal(s.structuredContent.state, "building");
+  const id = s.structuredContent.latest_build.build_id;
+  ac.abort("agent gave up");
+  await assert.rejects(call);
+  let status;
+  for (let i = 0; i < 300; i++) {
+    const st = await client.callTool({ name: "candidate_status", arguments: { candidate: "slowx" } });
+    status = st.structuredContent.latest_build;
+    if (status.build_id === id && status.status === "cancelled") break;
+    await sleep(100);
+  }
+  assert.equal(status.build_id, id);
+  assert.equal(status.status, "cancelled", JSON.stringify(status));
   await client.close();
 });
