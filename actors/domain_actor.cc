@@ -141,6 +141,31 @@ caf::result<ToolResult> CandidateStatus(Self self, const std::string& c) {
   return rp;
 }
 
+// Issue 17 (MCP tasks/get of a deploy): the deploy `id` as deploy_candidate reports it; after a
+// restart from the journal (the domain's newest deploy and its deployed one). A deploy that was
+// in progress when kiln stopped is failed (Interrupted).
+ToolResult DeployResultById(Self self, const std::string& id) {
+  auto& s = self->state;
+  if (auto known = s.core->DeployById(id)) return *known;
+  if (s.env->store)
+    for (auto rec : {s.env->store->LatestDeploy(s.env->domain), s.env->store->Deployed(s.env->domain)}) {
+      if (!rec || rec->deploy_id != id) continue;
+      nlohmann::json j = {{"deploy_id", rec->deploy_id}, {"build_id", rec->build_id},
+                          {"image", {{"ref", rec->image}}}, {"status", rec->status},
+                          {"reason", rec->reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(rec->reason)}};
+      if (auto b = s.env->store->Build(rec->build_id)) j["candidate"] = b->candidate;
+      if (rec->status == "in_progress") {
+        j["status"] = "failed";
+        j["reason"] = "Interrupted";
+        j["error"] = "kiln stopped while this deploy was in progress";
+        j["error_kind"] = "infrastructure";
+        j["next_step"] = "deploy the build again (deploy_candidate)";
+      }
+      return ToolResult{j, j["status"] != "rolled_out"};
+    }
+  return Error("deploy '" + id + "' not found");
+}
+
 // One tool call, by the routing table (DomainCore::Route).
 caf::result<ToolResult> Tool(Self self, ToolCall& call, caf::actor& sink) {
   auto& s = self->state;
@@ -194,6 +219,14 @@ caf::result<ToolResult> Tool(Self self, ToolCall& call, caf::actor& sink) {
     case DomainTool::kCancelBuild:
       if (!(st = ParseBuildIdArg(args, &id)).ok()) return Error(st.message());
       return ByBuildId(self, id, cancel_atom::value, id);
+    case DomainTool::kDeployResult:
+    case DomainTool::kCancelDeploy: {
+      if (!args.is_object() || !args.contains("deploy_id") || !args["deploy_id"].is_string())
+        return Error(call.tool + " needs deploy_id (string)");
+      id = args["deploy_id"].get<std::string>();
+      if (*route == DomainTool::kCancelDeploy) s.core->CancelDeploy(id);
+      return DeployResultById(self, id);
+    }
     case DomainTool::kListCandidates:
       if (!args.is_object() || !args.empty()) return Error("list_candidates takes no arguments");
       return ToolResult{{{"domain", s.env->domain}, {"candidates", s.core->CandidateList()}}, false};

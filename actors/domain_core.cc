@@ -75,6 +75,8 @@ std::optional<DomainTool> DomainCore::Route(const std::string& tool) {
       {"build_result", DomainTool::kBuildResult},
       {"cancel_build", DomainTool::kCancelBuild},
       {"list_candidates", DomainTool::kListCandidates},
+      {"deploy_result", DomainTool::kDeployResult},  // issue 17: MCP tasks/get of a deploy
+      {"cancel_deploy", DomainTool::kCancelDeploy},  // issue 17: MCP tasks/cancel of a deploy
   };
   auto it = kRoutes.find(tool);
   if (it == kRoutes.end()) return std::nullopt;
@@ -278,9 +280,37 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
       it->second.cancel->Cancel();
     }
   }
-  Attach(run, wait, waiter, sink, &out);
+  // Issue 17: a new deploy is journaled (in_progress) before a caller that does not wait hears
+  // of it, so an MCP task for it resolves right after (and after a restart).
+  DeployRecord rec;
+  rec.deploy_id = run.id;
+  rec.domain = opts_.domain;
+  rec.build_id = req.build_id;
+  rec.image = req.image;
+  rec.status = DeployStateName(DeployState::kInProgress);
+  if (wait) {
+    Attach(run, wait, waiter, sink, &out);
+    out.push_back(DeployAnswerEffect{rec, ToolResult{View(run), false}, {}, {}});
+  } else {
+    out.push_back(DeployAnswerEffect{rec, ToolResult{View(run), false}, {waiter},
+                                     sink ? std::vector<SinkId>{sink} : std::vector<SinkId>{}});
+  }
   if (d.action == DeployOrder::Action::kStart) out.push_back(DeployStartEffect{run.req, run.cancel});
   return out;
+}
+
+std::optional<ToolResult> DomainCore::DeployById(const std::string& deploy_id) const {
+  auto it = deploys_.find(deploy_id);
+  if (it == deploys_.end()) return std::nullopt;
+  const DeployRun& run = it->second;
+  return ToolResult{View(run), run.result && run.result->state != DeployState::kRolledOut};
+}
+
+bool DomainCore::CancelDeploy(const std::string& deploy_id) {
+  auto it = deploys_.find(deploy_id);
+  if (it == deploys_.end() || it->second.result) return false;
+  it->second.cancel->Cancel();  // the deploy ends failed (Cancelled)
+  return true;
 }
 
 void DomainCore::Finish(DeployRun& run, DeployResult res, DomainEffects* out) {

@@ -50,6 +50,8 @@ enum class DomainTool {
   kBuildResult,   // issue 17: MCP tasks/get (not an MCP tool)
   kCancelBuild,
   kListCandidates,
+  kDeployResult,  // issue 17: MCP tasks/get of a deploy (not an MCP tool)
+  kCancelDeploy,  // issue 17: MCP tasks/cancel of a deploy (not an MCP tool)
 };
 
 // --- deploy effects ---
@@ -121,6 +123,11 @@ class DomainCore {
   /// The build to deploy is known (`info`: the candidate's lookup): order it, join or run it.
   DomainEffects AdmitDeploy(uint64_t arrival, const nlohmann::json& info, bool wait,
                             WaiterId waiter, SinkId sink);
+  /// A deploy this core still remembers, as deploy_candidate reports it (nullopt: unknown here;
+  /// the journal may know it).
+  std::optional<ToolResult> DeployById(const std::string& deploy_id) const;
+  /// Cancels a running or queued deploy (it ends failed, Cancelled); false when not running.
+  bool CancelDeploy(const std::string& deploy_id);
   DomainEffects DeployProgress(const std::string& deploy_id, const std::string& line);
   DomainEffects DeployDone(const std::string& deploy_id, DeployResult res);
   /// kiln stops: running deploys are cancelled, new ones refused.

@@ -69,6 +69,8 @@ TEST(DomainCoreRoute, EveryToolHasItsRouteAndUnknownNamesNone) {
   EXPECT_EQ(DomainCore::Route("build_result"), DomainTool::kBuildResult);
   EXPECT_EQ(DomainCore::Route("cancel_build"), DomainTool::kCancelBuild);
   EXPECT_EQ(DomainCore::Route("list_candidates"), DomainTool::kListCandidates);
+  EXPECT_EQ(DomainCore::Route("deploy_result"), DomainTool::kDeployResult);
+  EXPECT_EQ(DomainCore::Route("cancel_deploy"), DomainTool::kCancelDeploy);
   EXPECT_FALSE(DomainCore::Route("Build_Candidate"));
   EXPECT_FALSE(DomainCore::Route(""));
   EXPECT_FALSE(DomainCore::Route("rm -rf"));
@@ -154,7 +156,10 @@ TEST_F(DomainCoreTest, NoWaitAnswersInProgressAndTheSameBuildJoins) {
   DomainEffects fx = c.AdmitDeploy(c.Arrive(), Info("alice", "b-1", 10), false, 1, 0);
   ASSERT_TRUE(AnswerFor(fx, 1));
   EXPECT_EQ(AnswerFor(fx, 1)->result.structured["status"], "in_progress");
-  EXPECT_FALSE(AnswerFor(fx, 1)->record);
+  // Issue 17: journaled (in_progress) before the caller hears of it (an MCP task resolves).
+  ASSERT_TRUE(AnswerFor(fx, 1)->record);
+  EXPECT_EQ(AnswerFor(fx, 1)->record->status, "in_progress");
+  EXPECT_EQ(AnswerFor(fx, 1)->record->deploy_id, "d-1");
   fx = c.AdmitDeploy(c.Arrive(), Info("alice", "b-1", 10), true, 2, 0);
   EXPECT_TRUE(All<DeployStartEffect>(fx).empty());  // joined
   fx = c.DeployDone("d-1", DeployResult{DeployState::kFailed, "StartFailed", "exited 1", true, 0});
@@ -163,6 +168,38 @@ TEST_F(DomainCoreTest, NoWaitAnswersInProgressAndTheSameBuildJoins) {
   EXPECT_TRUE(ans->result.is_error);
   EXPECT_EQ(ans->result.structured["error_kind"], "deploy_crash");
   EXPECT_EQ(ans->result.structured["deploy_id"], "d-1");
+}
+
+TEST_F(DomainCoreTest, AWaitedDeployIsJournaledInProgressBeforeItStarts) {
+  auto c = Make();
+  DomainEffects fx = c.AdmitDeploy(c.Arrive(), Info("alice", "b-1", 10), true, 1, 0);
+  ASSERT_GE(fx.size(), 2u);
+  const auto* journal = std::get_if<DeployAnswerEffect>(&fx[0]);
+  ASSERT_TRUE(journal);
+  ASSERT_TRUE(journal->record);
+  EXPECT_EQ(journal->record->status, "in_progress");
+  EXPECT_TRUE(journal->waiters.empty());  // the waiter hears only at the end
+  EXPECT_TRUE(std::holds_alternative<DeployStartEffect>(fx.back()));
+}
+
+TEST_F(DomainCoreTest, DeployByIdAndCancelDeploy) {
+  auto c = Make();
+  EXPECT_FALSE(c.DeployById("d-1"));
+  EXPECT_FALSE(c.CancelDeploy("d-1"));
+  DomainEffects fx = c.AdmitDeploy(c.Arrive(), Info("alice", "b-1", 10), false, 1, 0);
+  auto run = All<DeployStartEffect>(fx).at(0);
+  auto known = c.DeployById("d-1");
+  ASSERT_TRUE(known);
+  EXPECT_EQ(known->structured["status"], "in_progress");
+  EXPECT_FALSE(known->is_error);
+  EXPECT_TRUE(c.CancelDeploy("d-1"));
+  EXPECT_TRUE(run.cancel->cancelled());
+  c.DeployDone("d-1", DeployResult{DeployState::kFailed, "Cancelled", "cancelled", false, 0});
+  EXPECT_FALSE(c.CancelDeploy("d-1"));  // finished: nothing to cancel
+  known = c.DeployById("d-1");
+  ASSERT_TRUE(known);
+  EXPECT_TRUE(known->is_error);
+  EXPECT_EQ(known->structured["status"], "failed");
 }
 
 TEST_F(DomainCoreTest, NewerBuildCancelsTheRunningDeployAndStartsAfterIt) {

@@ -10,49 +10,30 @@
 
 #include <atomic>
 #include <filesystem>
-#include <future>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
 #include "actors/blocking_work.h"
 #include "actors/build_metrics.h"
 #include "actors/domain_actor.h"
 #include "actors/domain_env.h"
 #include "state/key_store.h"
+#include "actors/mcp_transport_actor.h"
 #include "actors/protocol.h"
 #include "actors/scheduler_actor.h"
 #include "actors/state_writer.h"
 #include "actors/tool_views.h"
-#include "builder/buildah_builder.h"
-#include "builder/layered_builder.h"
-#include "builder/process_runner.h"
-#include "registry/registry_client.h"
 #include "common/json_text.h"
 #include "common/names.h"
 #include "state/state_store.h"
 #include "storage/collector.h"     // issue 19
 #include "storage/lease_table.h"   // issue 19
 #include "storage/state_leases.h"  // issue 19
-#include "deploy/local_deployer.h"
-#include "k8s/kubernetes_deployer.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The configured deploy target of a domain (null for "none").
-std::shared_ptr<Deployer> MakeDeployer(const std::string& name, const DomainConfig& d,
-                                       const RegistryConfig& reg, const std::string& domain_dir) {
-  if (d.deploy.type == "kubernetes" && d.deploy.kubernetes)
-    return std::make_shared<KubernetesDeployer>(*d.deploy.kubernetes);
-  if (d.deploy.type == "local" && d.deploy.local)
-    return std::make_shared<LocalDeployer>(name, *d.deploy.local,
-                                           RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file},
-                                           domain_dir + "/deploy");
-  return nullptr;
-}
 
 struct SystemConfig : caf::actor_system_config {
   explicit SystemConfig(size_t threads) {
@@ -65,8 +46,9 @@ struct SystemConfig : caf::actor_system_config {
 }  // namespace
 
 struct Runtime::Impl {
+  std::vector<std::shared_ptr<void>> keep_alive;  // destroyed last (RuntimeOptions::keep_alive)
   std::shared_ptr<const Config> config;
-  std::unique_ptr<ProcessRunner> runner;
+  std::function<Status(const RegistryConfig&)> probe_registry;
   std::shared_ptr<Builder> builder;          // containerfile mode (or the injected builder)
   std::shared_ptr<Builder> layered;          // layered mode
   std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
@@ -80,9 +62,9 @@ struct Runtime::Impl {
   std::shared_ptr<StateStore> store;                 // null when not persisting
   std::shared_ptr<StateWriter> writer;
 
-  std::mutex mu;
-  uint64_t next_handle = 1;
-  std::unordered_map<uint64_t, caf::actor> calls;  // handle -> bridge actor
+  // Issue 17: MCP tool calls go through the transport actor (actors/mcp_transport_actor.h).
+  mcp_transport_actor transport;
+  std::atomic<uint64_t> next_handle{1};
 
   // Readiness, refreshed in the background.
   std::mutex ready_mu;
@@ -127,12 +109,8 @@ void Runtime::Impl::RefreshReadiness() {
   Status b = builder->Check();
   checks["builder"] = {{"ok", b.ok()}, {"detail", b.ok() ? "buildah works" : b.message()}};
   for (const auto& [name, reg] : config->registries) {
-    // The same client the layered builder pushes with: one attempt, short timeouts.
-    RegistryClientOptions ro;
-    ro.attempts = 1;
-    ro.io_timeout = std::chrono::milliseconds(3000);
-    RegistryClient client(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file}, ro);
-    Status st = client.Ping();
+    if (!probe_registry) break;
+    Status st = probe_registry(reg);
     checks["registry:" + name] = {{"ok", st.ok()}, {"detail", st.ok() ? "answers" : st.message()}};
   }
   std::lock_guard<std::mutex> l(ready_mu);
@@ -151,11 +129,13 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
                        std::unique_ptr<Runtime>* out) {
   auto impl = std::make_unique<Impl>();
   impl->work->ExportTo(std::shared_ptr<MetricsRegistry>(impl->metrics, &impl->metrics->registry()));
+  if (!opts.builder)
+    return Status::InvalidArgument("no builder: compose the runtime first (app/composition.h)");
+  impl->keep_alive = std::move(opts.keep_alive);
   impl->config = config;
-  impl->runner = MakePosixProcessRunner();
-  impl->builder = opts.builder ? opts.builder
-                              : std::make_shared<BuildahBuilder>(impl->runner.get(), "buildah", config);
-  impl->layered = opts.builder ? opts.builder : std::make_shared<LayeredBuilder>(impl->runner.get());
+  impl->probe_registry = std::move(opts.probe_registry);
+  impl->builder = opts.builder;
+  impl->layered = opts.layered ? opts.layered : opts.builder;
   std::error_code ec;
   std::string state = fs::absolute(config->server.state_dir).string();
   std::string home = state + "/home";
@@ -215,8 +195,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     }
     if (opts.deployers.count(name))
       env->deployer = opts.deployers.at(name);
-    else if (opts.deploy)
-      env->deployer = MakeDeployer(name, d, reg->second, env->domain_dir);
+    else if (opts.deploy && opts.make_deployer)
+      env->deployer = opts.make_deployer(name, d, reg->second, env->domain_dir);
     if (env->deployer) impl->deployers.push_back(env->deployer);
     env->store = impl->store;
     env->writer = impl->writer;
@@ -237,6 +217,19 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     }
     impl->domains[name] = SpawnDomain(*impl->sys, env, impl->scheduler);
   }
+  // Issue 17: one MCP transport actor for the endpoint; deadlines from each domain's config.
+  std::map<std::string, CallTimeouts> timeouts;
+  for (const auto& [name, d] : config->domains) {
+    CallTimeouts t;
+    t.build = std::chrono::seconds(d.build.timeout_s + 1800);  // the build plus time in the queue
+    int rollout = d.deploy.kubernetes ? d.deploy.kubernetes->rollout_timeout_s : 300;
+    t.deploy = std::chrono::seconds(rollout + 300);            // plus lookup and image pull
+    t.cancel_on_disconnect = d.build.cancel_on_disconnect;
+    timeouts[name] = t;
+  }
+  std::map<std::string, caf::actor> domain_handles;  // the transport sends untyped (same messages)
+  for (const auto& [name, d] : impl->domains) domain_handles[name] = caf::actor_cast<caf::actor>(d);
+  impl->transport = SpawnMcpTransport(*impl->sys, std::move(domain_handles), std::move(timeouts));
   Impl* raw = impl.get();
   impl->readiness = {{"builder", {{"ok", false}, {"detail", "first check pending"}}}};
   if (opts.readiness_checks) impl->ready_thread = std::thread([raw] {
@@ -270,113 +263,17 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
 }
 
 uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
-  Impl* impl = impl_.get();
-  auto dom = impl->domains.find(call.domain);
-  if (dom == impl->domains.end()) {
-    done({ErrorJson("unknown domain"), true});
-    return 0;
-  }
-  uint64_t handle;
-  {
-    std::lock_guard<std::mutex> l(impl->mu);
-    handle = impl->next_handle++;
-  }
-  DomainActor domain = dom->second;
-  const auto timeout = ToolCallTimeout(impl->config->domains.at(call.domain));
-  // Exactly one answer per call, whatever happens: `answered` guards every way out (result,
-  // request error, an exception while rendering or delivering, the bridge exiting unanswered).
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto deliver = [impl, handle, done, answered, tool = call.tool](ToolResult r) {
-    if (answered->exchange(true)) return;
-    {
-      std::lock_guard<std::mutex> l(impl->mu);
-      impl->calls.erase(handle);
-    }
-    try {
-      MakeValidUtf8(&r.structured);  // build and program bytes may be ill-formed UTF-8
-      done(std::move(r));
-      return;
-    } catch (const std::exception& e) {
-      spdlog::error("call {}: rendering the result failed: {}", tool, e.what());
-    }
-    try {
-      done({ErrorJson("kiln could not render the result of " + tool +
-                      " (internal error); retry the call, and tell the operator if it persists"),
-            true});
-    } catch (const std::exception& e) {
-      spdlog::error("call {}: delivering the error result failed: {}", tool, e.what());
-    }
-  };
-  auto bridge = impl->sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    auto build_id = std::make_shared<std::string>();
-    auto cancel_pending = std::make_shared<bool>(false);
-    self->attach_functor([deliver](const caf::error&) {
-      deliver({ErrorJson("kiln stopped before the call finished; retry once it is back"), true});
-    });
-    self->set_exception_handler([deliver](caf::scheduled_actor*,
-                                          std::exception_ptr& eptr) -> caf::error {
-      try {
-        std::rethrow_exception(eptr);
-      } catch (const std::exception& e) {
-        spdlog::error("call bridge failed: {}", e.what());
-      } catch (...) {
-        spdlog::error("call bridge failed: unknown exception");
-      }
-      deliver({ErrorJson("kiln failed while answering this call (internal error); retry the call, "
-                         "and tell the operator if it persists"),
-               true});
-      return caf::make_error(caf::sec::runtime_error);
-    });
-    auto finish = [=](ToolResult r) {
-      deliver(std::move(r));
-      self->quit();
-    };
-    auto send_cancel = [=] {
-      ToolCall c{call.domain, "cancel_build", {{"build_id", *build_id}}};
-      caf::anon_send(domain, tool_atom::value, c, caf::actor{});
-    };
-    self->request(domain, timeout, tool_atom::value, call, caf::actor_cast<caf::actor>(self))
-        .then([=](ToolResult& r) { finish(std::move(r)); },
-              [=](caf::error& e) {
-                spdlog::warn("call {}: the domain did not answer: {}", call.tool,
-                             caf::to_string(e));
-                finish({ErrorJson("kiln could not complete " + call.tool +
-                                  " (the domain did not answer); retry the call, and tell the "
-                                  "operator if it persists"),
-                        true});
-              });
-    return {
-        [=](progress_atom, ToolProgress& p) {
-          if (progress) progress(p);
-        },
-        [=](started_atom, const BuildId& id) {
-          *build_id = id;
-          if (*cancel_pending) send_cancel();
-        },
-        [=](cancel_atom) {
-          if (build_id->empty())
-            *cancel_pending = true;
-          else
-            send_cancel();
-        },
-    };
-  });
-  {
-    std::lock_guard<std::mutex> l(impl->mu);
-    if (!answered->load()) impl->calls[handle] = bridge;  // not when already answered
-  }
+  // Issue 17: the transport actor owns the call from here (deadline, cancellation, answer).
+  uint64_t handle = impl_->next_handle.fetch_add(1);
+  caf::anon_send(impl_->transport, mcp_call_atom::value, handle, std::move(call),
+                 McpCallCallbacks{std::move(progress), std::move(done)});
   return handle;
 }
 
-void Runtime::Cancel(uint64_t handle) {
-  caf::actor a;
-  {
-    std::lock_guard<std::mutex> l(impl_->mu);
-    auto it = impl_->calls.find(handle);
-    if (it == impl_->calls.end()) return;
-    a = it->second;
-  }
-  caf::anon_send(a, cancel_atom::value);
+void Runtime::Cancel(uint64_t handle) { caf::anon_send(impl_->transport, cancel_atom::value, handle); }
+
+void Runtime::Disconnected(uint64_t handle) {
+  caf::anon_send(impl_->transport, disconnect_atom::value, handle);
 }
 
 nlohmann::json Runtime::Readiness() {
@@ -447,12 +344,10 @@ void Runtime::Shutdown(std::chrono::milliseconds grace) {
   if (impl->gc_thread.joinable()) impl->gc_thread.join();  // issue 19
   for (auto& [n, d] : impl->domains) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(impl->scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(impl->transport, caf::exit_reason::user_shutdown);  // answers what is left
   impl->domains.clear();
   impl->scheduler = nullptr;
-  {
-    std::lock_guard<std::mutex> l(impl->mu);
-    impl->calls.clear();
-  }
+  impl->transport = nullptr;
   impl->sys.reset();
   if (impl->writer) impl->writer->Drain();  // every journal write the actors posted is on disk
 }

@@ -1,16 +1,20 @@
 // Runtime: kiln's core assembled — the CAF actor system, the scheduler actor, one domain actor
-// per configured domain, the builder and the blocking-work threads — exposed to the transport
-// as a ToolBackend and to the CLI as blocking calls.
+// per configured domain, the MCP transport actor, the builder and the blocking-work threads —
+// exposed to the transport as a ToolBackend and to the CLI as blocking calls. Which builder
+// and deployer implementations exist is decided by the composition root (app/composition.h);
+// the Runtime sees only the Builder and Deployer interfaces.
 //
 // Thread-safety: all public methods may be called from any thread. Create, then use, then
 // Shutdown before destruction.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/build_types.h"
 #include "actors/on_push_policy.h"
@@ -23,8 +27,18 @@
 namespace kiln {
 
 struct RuntimeOptions {
+  using DeployerFactory = std::function<std::shared_ptr<Deployer>(
+      const std::string& domain, const DomainConfig&, const RegistryConfig&, const std::string& domain_dir)>;
+
   size_t worker_threads = 2;                 // scheduler.max-threads of the actor system
-  std::shared_ptr<Builder> builder;          // null: BuildahBuilder with the real buildah
+  std::shared_ptr<Builder> builder;          // containerfile mode (required)
+  std::shared_ptr<Builder> layered;          // layered mode (null: `builder`)
+  /// The deploy target of a domain (null result: none). Unset: no domain has a deployer.
+  DeployerFactory make_deployer;
+  /// Readiness probe of a registry for /readyz (unset: registries are not probed).
+  std::function<Status(const RegistryConfig&)> probe_registry;
+  /// What the parts above need alive while the Runtime lives (the builders' process runner).
+  std::vector<std::shared_ptr<void>> keep_alive;
   bool open_repositories = true;             // false for `kiln build --source` (no git)
   bool readiness_checks = true;              // background builder/registry checks for /readyz
   bool deploy = true;                        // false: no deployers (`kiln build`)
@@ -44,6 +58,7 @@ class Runtime : public ToolBackend {
   // ToolBackend
   uint64_t Call(ToolCall call, ProgressFn progress, DoneFn done) override;
   void Cancel(uint64_t handle) override;
+  void Disconnected(uint64_t handle) override;
   nlohmann::json Readiness() override;
   std::string MetricsText() override;
 

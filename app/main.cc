@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "app/composition.h"
 #include "common/json_text.h"
 #include "common/log.h"
 #include "common/names.h"
@@ -144,6 +145,7 @@ int Build(const std::map<std::string, std::string>& flags) {
   opts.readiness_checks = false;
   opts.deploy = false;
   opts.persist = false;  // `kiln build` may run beside `kiln serve` on the same state_dir
+  kiln::ComposeRuntime(cfg, &opts);
   std::unique_ptr<kiln::Runtime> rt;
   st = kiln::Runtime::Create(cfg, opts, &rt);
   if (!st.ok()) {

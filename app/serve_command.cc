@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "actors/runtime.h"
+#include "app/composition.h"
 #include "app/git_hook_command.h"
 #include "common/log.h"
 #include "config/config_parser.h"
@@ -47,7 +48,9 @@ int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::strin
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   std::unique_ptr<Runtime> rt;
-  Status st = Runtime::Create(config, RuntimeOptions{}, &rt);
+  RuntimeOptions ropts;
+  ComposeRuntime(config, &ropts);  // issue 14: the composition root decides the implementations
+  Status st = Runtime::Create(config, std::move(ropts), &rt);
   if (!st.ok()) {
     spdlog::error("cannot start: {}", st.message());
     return 1;

@@ -126,6 +126,10 @@ struct BuildConfig {
   /// build_candidate joins it). false: nothing is built until build_candidate is called.
   bool on_push = true;
   // --- end issue 18 ---
+  /// Issue 17: an MCP 2026-07-28 request whose stream the client closes while its build runs
+  /// cancels that build when no other call of this kiln waits for it. false (default): the
+  /// build keeps running for a later identical call to join.
+  bool cancel_on_disconnect = false;
 };
 
 struct ImageConfig {

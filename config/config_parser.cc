@@ -776,7 +776,8 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
-             "base_images", "limits", "on_push", "compression"});
+             "base_images", "limits", "on_push", "compression",
+              "cancel_on_disconnect"});
   // Issue 18.
   if (ReadString(obj, "compression", path, false, &out->compression) &&
       out->compression != "auto" && out->compression != "gzip" && out->compression != "none")
@@ -816,6 +817,7 @@ void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConf
   ReadInt(obj, "max_file_mb", path, 1, int64_t{1} << 20, &out->max_file_mb);
   // --- issue 18: build.on_push ---
   ReadBool(obj, "on_push", path, &out->on_push);
+  ReadBool(obj, "cancel_on_disconnect", path, &out->cancel_on_disconnect);  // issue 17
   // --- end issue 18 ---
   // --- issue 15: build.base_images (config/base_image_policy.h) ---
   std::vector<std::string> base_images;

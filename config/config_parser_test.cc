@@ -1063,6 +1063,7 @@ TEST_F(ConfigParserTest, BuildOnPushDefaultsOnAndIsValidated) {
   ASSERT_TRUE(problems.empty()) << Describe(problems);
   EXPECT_FALSE(c.domains.at("ranker").build.on_push);
   EXPECT_TRUE(c.domains.at("epp").build.on_push);  // default
+  EXPECT_FALSE(c.domains.at("epp").build.cancel_on_disconnect);  // issue 17: default
   j["domains"]["ranker"]["build"]["on_push"] = "yes";
   problems = Parse(j);
   ASSERT_EQ(problems.size(), 1u) << Describe(problems);

@@ -51,6 +51,11 @@ class ToolBackend {
   /// handles are ignored.
   virtual void Cancel(uint64_t handle) = 0;
 
+  /// Issue 17: the client closed the stream of the call's request (MCP 2026-07-28): it waits
+  /// no more. What happens to its build is the domain's choice (build.cancel_on_disconnect);
+  /// `done` is still called. Unknown or finished handles are ignored. Default: nothing.
+  virtual void Disconnected(uint64_t handle) { (void)handle; }
+
   /// Readiness for /readyz: name -> (ok, detail). Must answer quickly (cached by the backend).
   virtual nlohmann::json Readiness() = 0;
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/json_text.h"
+#include "transport/mcp_call_table.h"  // CallWaitsForWork (issue 17)
 #include "transport/mcp_handler.h"
 
 namespace kiln {
@@ -1063,6 +1064,7 @@ struct CallRun {
   // its stream closed first), and whether the stream closed first. Guarded by mu.
   bool slot_freed = false;
   bool stream_closed = false;
+  std::optional<uint64_t> handle;  // the backend's handle of the call, once known
 };
 
 }  // namespace
@@ -1077,16 +1079,28 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
   }
   std::shared_ptr<ServerShared> shared = shared_;
   const std::string session = decision.session_id;
-  if (decision.modern) {
-    // Closing the request's stream cancels the request: its slot is freed and its answer
-    // dropped. A build it started keeps running for other callers to join (docs/tools.md).
-    responder->OnClose([run, shared] {
-      std::lock_guard<std::mutex> lock(run->mu);
-      if (run->slot_freed) return;
-      run->slot_freed = true;
-      run->stream_closed = true;
-      shared->handler.ModernCallFinished();
-      shared->metrics.Increment("kiln_mcp_stream_closed_total", {});
+  // Closing the request's stream cancels the request: its slot is freed and its answer
+  // dropped; the domain decides about a build it started (build.cancel_on_disconnect,
+  // docs/tools.md). Only calls that wait for work watch the socket: a quick call is answered
+  // (or answered `timeout` by the transport actor's deadline) without it, and the watch costs
+  // a reactor operation per request (issue 17 bench).
+  const bool watch_close =
+      decision.modern && std::any_of(decision.calls.begin(), decision.calls.end(),
+                                     [](const PendingCall& c) { return CallWaitsForWork(c.call); });
+  if (watch_close) {
+    ToolBackend* backend = &backend_;
+    responder->OnClose([run, shared, backend] {
+      std::optional<uint64_t> handle;
+      {
+        std::lock_guard<std::mutex> lock(run->mu);
+        if (run->slot_freed) return;
+        run->slot_freed = true;
+        run->stream_closed = true;
+        handle = run->handle;
+        shared->handler.ModernCallFinished();
+        shared->metrics.Increment("kiln_mcp_stream_closed_total", {});
+      }
+      if (handle) backend->Disconnected(*handle);  // the domain decides about its build
     });
   }
   for (size_t i = 0; i < decision.calls.size(); ++i) {
@@ -1126,8 +1140,17 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
       }
     };
     uint64_t handle = backend_.Call(call.call, std::move(progress), std::move(done));
-    if (!call.modern && shared_->handler.CallStarted(session, call, handle))
+    if (call.modern) {
+      bool closed;
+      {
+        std::lock_guard<std::mutex> lock(run->mu);
+        run->handle = handle;
+        closed = run->stream_closed && !run->stream.complete();
+      }
+      if (closed) backend_.Disconnected(handle);  // closed before the handle was known
+    } else if (shared_->handler.CallStarted(session, call, handle)) {
       backend_.Cancel(handle);
+    }
   }
 }
 

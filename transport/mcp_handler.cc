@@ -759,14 +759,19 @@ json McpResponseStream::Render(size_t index, const ToolResult& result) const {
     case McpCallKind::kTool:
       return complete(ToolResultJson(result));
     case McpCallKind::kTaskCreate: {
-      if (!found || !BuildIsActive(result.structured) ||
-          !result.structured.value("build_id", json()).is_string()) {
+      const bool deploy = call.call.tool == "deploy_candidate";
+      const char* id_field = deploy ? "deploy_id" : "build_id";
+      if (!found || !(deploy ? DeployIsActive(result.structured) : BuildIsActive(result.structured)) ||
+          !result.structured.value(id_field, json()).is_string()) {
         return complete(ToolResultJson(result));  // a quick, final answer stays a plain result
       }
       TaskRef ref;
       ref.domain = call.call.domain;
-      ref.kind = "build";
-      ref.build_id = result.structured["build_id"].get<std::string>();
+      ref.kind = deploy ? "deploy" : "build";
+      if (deploy) ref.deploy_id = result.structured["deploy_id"].get<std::string>();
+      ref.build_id = result.structured.value("build_id", json("")).is_string()
+                         ? result.structured.value("build_id", std::string())
+                         : std::string();
       ref.candidate = result.structured.value("candidate", json("")).is_string()
                           ? result.structured.value("candidate", std::string())
                           : std::string();
@@ -778,8 +783,11 @@ json McpResponseStream::Render(size_t index, const ToolResult& result) const {
     case McpCallKind::kTaskGet:
       if (!found || !call.task) {
         return JsonRpcError(id, rpc::kInvalidParams,
-                            "Task not found: its build is no longer in the candidate's history "
-                            "(or never existed); call build_candidate again");
+                            call.task->kind == "deploy"
+                                ? "Task not found: kiln no longer knows this deploy (it keeps the "
+                                  "recent ones); candidate_status shows the deployed build"
+                                : "Task not found: its build is no longer in the candidate's history "
+                                  "(or never existed); call build_candidate again");
       }
       return complete(TaskJson(*call.task, result, task_timing_));
     case McpCallKind::kTaskCancel:

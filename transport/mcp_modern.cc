@@ -328,7 +328,8 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
     }
     call.tool_name = name;
     call.call.tool = *canonical;
-    if (tasks && *canonical == "build_candidate" && arguments.value("wait", json(true)) != false) {
+    if (tasks && (*canonical == "build_candidate" || *canonical == "deploy_candidate") &&
+        arguments.value("wait", json(true)) != false) {
       call.kind = McpCallKind::kTaskCreate;
       arguments["wait"] = false;
     }
@@ -348,19 +349,20 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
     if (!ref) {
       return fail(200, id, rpc::kInvalidParams,
                   "Task not found: no task with this id in your domain (task ids come from "
-                  "build_candidate results)");
+                  "build_candidate and deploy_candidate results)");
     }
     call.task = ref;
     call.tool_name = method;
-    if (method == "tasks/get") {
-      call.kind = McpCallKind::kTaskGet;
-      call.call.tool = "build_result";
+    const bool get = method == "tasks/get";
+    call.kind = get ? McpCallKind::kTaskGet : McpCallKind::kTaskCancel;
+    if (ref->kind == "deploy") {  // the domain answers both with the deploy's state
+      call.call.tool = get ? "deploy_result" : "cancel_deploy";
+      call.call.arguments = {{"deploy_id", ref->deploy_id}};
     } else {
-      call.kind = McpCallKind::kTaskCancel;
-      call.call.tool = "cancel_build";
+      call.call.tool = get ? "build_result" : "cancel_build";
+      call.call.arguments = {{"build_id", ref->build_id}};
+      if (get) call.call.arguments["candidate"] = ref->candidate;
     }
-    call.call.arguments = {{"build_id", ref->build_id}};
-    if (call.kind == McpCallKind::kTaskGet) call.call.arguments["candidate"] = ref->candidate;
   } else {
     d.reply = Json(404, JsonRpcError(id, rpc::kMethodNotFound,
                                      "Method not found: " + method.substr(0, 64) +

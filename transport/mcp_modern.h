@@ -26,7 +26,7 @@
 // none that kiln acts on (cancellation is closing the request's stream).
 //
 // Every result carries resultType and `_meta["io.modelcontextprotocol/serverInfo"]`. A
-// tools/call of build_candidate from a client that lists the tasks extension in this
+// tools/call of build_candidate or deploy_candidate from a client that lists the tasks extension in this
 // request's clientCapabilities.extensions (and does not pass wait: false) becomes a task (see
 // transport/mcp_tasks.h).
 //

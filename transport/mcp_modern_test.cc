@@ -27,6 +27,7 @@ class McpModernTest : public ::testing::Test {
     o.instructions = "Build with build_candidate.";
     o.tool_aliases["demo"] = {{"build_epp", "build_candidate"}};
     o.wall_clock_ms = [] { return kNow; };
+    o.catalog.include_deploy = true;  // deploy_candidate (deploy tasks)
     return o;
   }
 
@@ -450,6 +451,88 @@ TEST_F(McpModernTest, TaskGetOfAPrunedBuildIsNotFound) {
   json resp = json::parse(gs.JsonBody());
   EXPECT_EQ(resp["error"]["code"], rpc::kInvalidParams);
   handler_.ModernCallFinished();
+}
+
+// Issue 17: deploy_candidate with the tasks extension is a deploy task.
+TEST_F(McpModernTest, DeployWithTasksExtensionBecomesADeployTask) {
+  json params = {{"name", "deploy_candidate"}, {"arguments", {{"candidate", "api"}}}};
+  McpDecision d = Handle(Post(Request("tools/call", params, /*tasks=*/true)));
+  ASSERT_EQ(d.calls.size(), 1u) << d.reply.body;
+  EXPECT_EQ(d.calls[0].kind, McpCallKind::kTaskCreate);
+  EXPECT_EQ(d.calls[0].call.arguments["wait"], false);
+  McpResponseStream stream(d, "x");
+  stream.OnDone(0,
+                {{{"deploy_id", "d-9"}, {"build_id", "b-7"}, {"candidate", "api"},
+                  {"status", "in_progress"}, {"reason", nullptr}},
+                 false},
+                false);
+  json r = json::parse(stream.JsonBody())["result"];
+  EXPECT_EQ(r["resultType"], "task");
+  EXPECT_EQ(r["status"], "working");
+  EXPECT_EQ(r["statusMessage"], "phase: deploying");
+  EXPECT_EQ(r["pollIntervalMs"], 1000);
+  auto ref = DecodeTaskId(r["taskId"].get<std::string>(), "demo");
+  ASSERT_TRUE(ref);
+  EXPECT_EQ(ref->kind, "deploy");
+  EXPECT_EQ(ref->deploy_id, "d-9");
+  EXPECT_FALSE(DecodeTaskId(r["taskId"].get<std::string>(), "other"));
+  handler_.ModernCallFinished();
+
+  // tasks/get asks the domain for the deploy; a failed deploy is a completed task with isError.
+  McpDecision g = Handle(Post(Request("tasks/get", {{"taskId", r["taskId"]}}, true, 2)));
+  ASSERT_EQ(g.calls.size(), 1u) << g.reply.body;
+  EXPECT_EQ(g.calls[0].call.tool, "deploy_result");
+  EXPECT_EQ(g.calls[0].call.arguments, json({{"deploy_id", "d-9"}}));
+  McpResponseStream gs(g, "y");
+  gs.OnDone(0,
+            {{{"deploy_id", "d-9"}, {"status", "failed"}, {"reason", "CrashLoopBackOff"},
+              {"error", "the program exits at start\nmore"}, {"error_kind", "deploy_crash"}},
+             true},
+            false);
+  json task = json::parse(gs.JsonBody())["result"];
+  EXPECT_EQ(task["status"], "completed");
+  EXPECT_EQ(task["statusMessage"], "deploy failed (CrashLoopBackOff): the program exits at start");
+  EXPECT_EQ(task["result"]["isError"], true);
+  EXPECT_EQ(task["result"]["structuredContent"]["error_kind"], "deploy_crash");
+  handler_.ModernCallFinished();
+
+  // tasks/cancel cancels the deploy.
+  McpDecision c = Handle(Post(Request("tasks/cancel", {{"taskId", r["taskId"]}}, true, 3)));
+  ASSERT_EQ(c.calls.size(), 1u);
+  EXPECT_EQ(c.calls[0].call.tool, "cancel_deploy");
+  EXPECT_EQ(c.calls[0].call.arguments, json({{"deploy_id", "d-9"}}));
+  handler_.ModernCallFinished();
+}
+
+TEST_F(McpModernTest, AFinishedDeployStaysAPlainResult) {
+  json params = {{"name", "deploy_candidate"}, {"arguments", {{"candidate", "api"}}}};
+  McpDecision d = Handle(Post(Request("tools/call", params, true)));
+  ASSERT_EQ(d.calls.size(), 1u);
+  McpResponseStream stream(d, "x");
+  // An unknown candidate (error without status), and a deploy already rolled out (joined).
+  stream.OnDone(0, {{{"error", "candidate 'api' has no successful build"}}, true}, false);
+  json r = json::parse(stream.JsonBody())["result"];
+  EXPECT_EQ(r["resultType"], "complete");
+  EXPECT_EQ(r["isError"], true);
+  handler_.ModernCallFinished();
+}
+
+TEST(McpTasks, DeployStateMachine) {
+  EXPECT_EQ(TaskStatusForDeploy({{"status", "in_progress"}}), "working");
+  EXPECT_EQ(TaskStatusForDeploy({{"status", "rolled_out"}}), "completed");
+  EXPECT_EQ(TaskStatusForDeploy({{"status", "failed"}, {"reason", "Superseded"}}), "completed");
+  EXPECT_EQ(TaskStatusForDeploy({{"status", "failed"}, {"reason", "Interrupted"}}), "completed");
+  EXPECT_EQ(TaskStatusForDeploy({{"status", "failed"}, {"reason", "Cancelled"}}), "cancelled");
+  EXPECT_EQ(DeployTaskStatusMessage({{"status", "rolled_out"}}), "deploy rolled out");
+  TaskRef ref{"demo", "deploy", "api", "b-1", kNow, "d-1"};
+  EXPECT_TRUE(DecodeTaskId(EncodeTaskId(ref), "demo"));
+  ref.deploy_id.clear();  // a deploy task names its deploy
+  EXPECT_FALSE(DecodeTaskId(EncodeTaskId(ref), "demo"));
+  json done = TaskJson({"demo", "deploy", "api", "b-1", kNow, "d-1"},
+                       {{{"status", "rolled_out"}, {"deploy_id", "d-1"}}, false}, {kNow, 3600000, 1000});
+  EXPECT_EQ(done["status"], "completed");
+  EXPECT_FALSE(done.contains("pollIntervalMs"));
+  EXPECT_EQ(done["result"]["isError"], false);
 }
 
 }  // namespace

@@ -90,6 +90,7 @@ std::string EncodeTaskId(const TaskRef& ref) {
             {"c", ref.candidate},
             {"b", ref.build_id},
             {"t", ref.created_ms}};
+  if (!ref.deploy_id.empty()) j["p"] = ref.deploy_id;
   return kTaskIdPrefix + Base64UrlEncode(DumpJson(j));
 }
 
@@ -107,10 +108,13 @@ std::optional<TaskRef> DecodeTaskId(std::string_view task_id, const std::string&
   ref.kind = StringField(j, "k");
   ref.candidate = StringField(j, "c");
   ref.build_id = StringField(j, "b");
+  ref.deploy_id = StringField(j, "p");
   auto t = j.find("t");
   if (t == j.end() || !t->is_number_integer()) return std::nullopt;
   ref.created_ms = t->get<int64_t>();
-  if (ref.domain.empty() || ref.domain != domain || ref.kind != "build" || ref.build_id.empty()) {
+  if (ref.domain.empty() || ref.domain != domain) return std::nullopt;
+  if (ref.kind == "build" ? ref.build_id.empty()
+                          : ref.kind != "deploy" || ref.deploy_id.empty()) {
     return std::nullopt;
   }
   return ref;
@@ -166,12 +170,38 @@ std::string TaskStatusMessage(const json& build) {
   return msg;
 }
 
+bool DeployIsActive(const json& deploy) { return StatusOf(deploy) == "in_progress"; }
+
+std::string TaskStatusForDeploy(const json& deploy) {
+  if (DeployIsActive(deploy)) return "working";
+  if (StatusOf(deploy) == "failed" && StringField(deploy, "reason") == "Cancelled") return "cancelled";
+  return "completed";
+}
+
+std::string DeployTaskStatusMessage(const json& deploy) {
+  const std::string st = StatusOf(deploy);
+  if (DeployIsActive(deploy)) return "phase: deploying";
+  if (st == "rolled_out") return "deploy rolled out";
+  std::string msg = "deploy " + (st.empty() ? std::string("ended") : st);
+  const std::string reason = StringField(deploy, "reason");
+  if (!reason.empty()) msg += " (" + reason + ")";
+  std::string text = StringField(deploy, "error");
+  if (text.empty()) text = StringField(deploy, "message");
+  if (!text.empty()) {
+    text = text.substr(0, text.find('\n'));
+    if (text.size() > 200) text = text.substr(0, 200) + "...";
+    msg += ": " + text;
+  }
+  return msg;
+}
+
 json TaskJson(const TaskRef& ref, const ToolResult& build, const TaskTiming& timing) {
   const json& b = build.structured;
-  const std::string status = TaskStatusForBuild(b);
+  const bool deploy = ref.kind == "deploy";
+  const std::string status = deploy ? TaskStatusForDeploy(b) : TaskStatusForBuild(b);
   json task = {{"taskId", EncodeTaskId(ref)},
                {"status", status},
-               {"statusMessage", TaskStatusMessage(b)},
+               {"statusMessage", deploy ? DeployTaskStatusMessage(b) : TaskStatusMessage(b)},
                {"createdAt", IsoTime(ref.created_ms)},
                {"lastUpdatedAt", IsoTime(timing.now_ms)},
                {"ttlMs", timing.ttl_ms}};

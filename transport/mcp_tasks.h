@@ -15,6 +15,13 @@
 //   cancelled by request (tasks/cancel,
 //   cancel_build)                       -> cancelled
 //
+// A deploy task (deploy_candidate) works the same way on the deploy record (journaled
+// in_progress when admitted, then its outcome):
+//   in_progress                         -> working   (statusMessage: "phase: deploying")
+//   rolled_out, failed                  -> completed (result: the deploy_candidate result; a
+//                                                     failed deploy has isError: true)
+//   failed with reason Cancelled        -> cancelled (tasks/cancel, or kiln shutting down)
+//
 // Thread-safety: free functions on values; thread-safe.
 #pragma once
 
@@ -33,10 +40,11 @@ inline constexpr const char* kMcpTasksExtension = "io.modelcontextprotocol/tasks
 /// What a task id names.
 struct TaskRef {
   std::string domain;
-  std::string kind;  // "build"
+  std::string kind;  // "build" or "deploy"
   std::string candidate;
-  std::string build_id;
+  std::string build_id;    // the build (of a deploy: the build it deploys)
   int64_t created_ms = 0;  // Unix epoch milliseconds
+  std::string deploy_id;   // kind "deploy": the deploy
 };
 
 /// URL-safe Base64 without padding, and back (nullopt on any other character or bad length).
@@ -61,6 +69,11 @@ struct TaskTiming {
 
 /// True when a build_candidate result describes a build that is still queued or running.
 bool BuildIsActive(const nlohmann::json& build);
+/// True when a deploy_candidate result describes a deploy still in progress.
+bool DeployIsActive(const nlohmann::json& deploy);
+/// Task status ("working", "completed", "cancelled") and statusMessage of a deploy result.
+std::string TaskStatusForDeploy(const nlohmann::json& deploy);
+std::string DeployTaskStatusMessage(const nlohmann::json& deploy);
 
 /// Task status name ("working", "completed", "cancelled") for a build_candidate result.
 std::string TaskStatusForBuild(const nlohmann::json& build);
@@ -70,8 +83,9 @@ std::string TaskStatusForBuild(const nlohmann::json& build);
 std::string TaskStatusMessage(const nlohmann::json& build);
 
 /// The task object (taskId, status, statusMessage, createdAt, lastUpdatedAt, ttlMs,
-/// pollIntervalMs) for `build`; with `result` (a CallToolResult with resultType "complete")
-/// when the status is completed. No resultType/_meta: the caller adds those.
-nlohmann::json TaskJson(const TaskRef& ref, const ToolResult& build, const TaskTiming& timing);
+/// pollIntervalMs) for `work` (a build result, or a deploy result when ref.kind is "deploy");
+/// with `result` (a CallToolResult with resultType "complete") when the status is completed.
+/// No resultType/_meta: the caller adds those.
+nlohmann::json TaskJson(const TaskRef& ref, const ToolResult& work, const TaskTiming& timing);
 
 }  // namespace kiln

@@ -3,8 +3,10 @@
 // pinned to 2026-07-28: no initialize, no session) and by @modelcontextprotocol/ext-tasks for
 // builds as tasks. Covers discover, tools/list, a build with progress, a compile error,
 // concurrent status calls, a build task polled to completion, a cancelled task, a task polled
-// across kill -9 and a restart of kiln, a wrong token, another domain's task id, and a request
-// whose stream is closed mid-build.
+// across kill -9 and a restart of kiln, a wrong token, another domain's task id, a deploy as a
+// task (to the fake Kubernetes API server, polled to completion and again after the restart),
+// and a request whose stream is closed mid-build (the build keeps running by default, and is
+// cancelled in a domain with build.cancel_on_disconnect when no one else waits for it).
 //
 //   KILN=build/app/kiln node --test tests/e2e/modern_e2e.test.mjs
 import { test, before, after } from "node:test";
@@ -17,11 +19,16 @@ import crypto from "node:crypto";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { createTaskSessionFromClient, resultFromTaskOutcome } from "@modelcontextprotocol/ext-tasks/client";
 import { sh, pushCandidate } from "./agent_git.mjs";
+import { writeFakeApiFiles, kubeconfig } from "./fake_k8s.mjs";
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, "../..");
 const KILN = process.env.KILN ?? path.join(root, "build/app/kiln");
 const REG_PORT = 5198;
+const K8S_PORT = 16459;  // the fake Kubernetes API server (deploy tasks)
+const k8sToken = crypto.randomBytes(24).toString("hex");
+let fake;
+let deployTaskId;  // a completed deploy task, polled again after the restart
 const PORT = 18798;  // and 18799: the metrics listener
 const VERSION = "2026-07-28";
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "kiln-modern-e2e-"));
@@ -115,6 +122,26 @@ async function pollTask(taskId, until = (t) => t.status !== "working", limit = 6
 before(async () => {
   sh(path.join(root, "scripts/registry.sh"), ["start", "--dir", regDir, "--port", String(REG_PORT)]);
   sh(path.join(root, "scripts/base_images.sh"), ["--registry", `127.0.0.1:${REG_PORT}`, "--authfile", path.join(regDir, "auth.json")]);
+  // Deploy tasks: domain epp deploys to a fake Kubernetes API server (tests/fake_k8s/).
+  writeFakeApiFiles(dir, [k8sToken]);
+  fake = spawn("python3", [path.join(root, "tests/fake_k8s/fake_apiserver.py"), "--port", String(K8S_PORT),
+    "--cert", path.join(dir, "api.crt"), "--key", path.join(dir, "api.key"), "--tokens", path.join(dir, "tokens.json"),
+    "--step-ms", "100"], { stdio: ["ignore", "inherit", "inherit"] });
+  const curl = (...a) => sh("curl", ["-sf", "--cacert", path.join(dir, "ca.crt"), ...a]);
+  for (let i = 0; i < 100; i++) {
+    try { curl(`https://127.0.0.1:${K8S_PORT}/_fake/stats`); break; } catch { await sleep(100); }
+  }
+  const deployment = {
+    apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "epp", namespace: "loop", labels: { app: "epp" } },
+    spec: { replicas: 1, progressDeadlineSeconds: 30, selector: { matchLabels: { app: "epp" } },
+      template: { metadata: { labels: { app: "epp" } },
+        spec: { containers: [{ name: "app", image: `127.0.0.1:${REG_PORT}/seed/epp@sha256:${"1".repeat(64)}` }] } } },
+  };
+  curl("-X", "POST", "-H", "Content-Type: application/json", "--data", JSON.stringify({ deployments: [deployment] }),
+    `https://127.0.0.1:${K8S_PORT}/_fake/state`);
+  fs.writeFileSync(path.join(dir, "kubeconfig"), kubeconfig(dir, K8S_PORT, k8sToken), { mode: 0o600 });
+  const k8s = { type: "kubernetes", kubernetes: { namespace: "loop", deployment: "epp", container: "app",
+    kubeconfig: path.join(dir, "kubeconfig"), rollout_timeout_s: 60 } };
   const domain = (token, repo, extra = {}) => ({
     token_sha256: [sha(token)],
     build: { mode: "containerfile", timeout_s: 600, on_push: false },  // issue 18: progress, tasks and cancel are timed against build calls
@@ -125,7 +152,10 @@ before(async () => {
     server: { listen: `127.0.0.1:${PORT}`, metrics_listen: `127.0.0.1:${PORT + 1}`, state_dir: path.join(dir, "state") },
     scheduler: { max_parallel_builds: 2 },
     registries: { local: { url: `http://127.0.0.1:${REG_PORT}`, auth_file: path.join(regDir, "auth.json") } },
-    domains: { epp: domain(tokenA, "modern/epp"), other: domain(tokenB, "modern/other") },
+    domains: { epp: domain(tokenA, "modern/epp", { deploy: k8s }),
+      // build.cancel_on_disconnect: a closed stream cancels a build no one else waits for
+      other: domain(tokenB, "modern/other", {
+        build: { mode: "containerfile", timeout_s: 600, on_push: false, cancel_on_disconnect: true } }) },
   }));
   await startKiln();
   const push = (branch, mutate) => pushCandidate(dir, { port: PORT, domain: "epp", branch, token: tokenA, mutate });
@@ -135,6 +165,11 @@ before(async () => {
     const f = path.join(w, "internal/scorer/scorer.go");
     fs.writeFileSync(f, fs.readFileSync(f, "utf8").replace(/s \+= w\.Adapter$/m, "s += w.AdapterPenalty"));
   });
+  const slow = (b) => (w) => {
+    const f = path.join(w, "Containerfile");
+    fs.writeFileSync(f, fs.readFileSync(f, "utf8").replace("WORKDIR /src", `WORKDIR /src\nRUN sleep 60 # ${b}`));
+  };
+  pushCandidate(dir, { port: PORT, domain: "other", branch: "slowx", token: tokenB, mutate: slow("slowx") });
   for (const b of ["slow", "slow2", "slow3", "slow4"]) {
     push(b, (w) => {
       const f = path.join(w, "Containerfile");
@@ -152,6 +187,7 @@ after(async () => {
     kiln.kill("SIGTERM");
     await kiln.exited;
   }
+  if (fake && fake.exitCode === null) fake.kill("SIGTERM");
   try { sh(path.join(root, "scripts/registry.sh"), ["stop", "--dir", regDir]); } catch {}
   if (process.env.KILN_E2E_KEEP) console.log(`kept ${dir}`); else fs.rmSync(dir, { recursive: true, force: true });
   assert.ok(!kilnLog.includes(tokenA) && !kilnLog.includes(tokenB), "tokens never reach the log");
@@ -224,6 +260,28 @@ test("ext-tasks: a build is a task polled to completion", async () => {
   }
 });
 
+test("raw tasks: a deploy is a task polled to completion; another domain's deploy task is not found", async () => {
+  // "good" was built by an earlier test: its latest successful build is deployed.
+  const created = await raw("tools/call", { name: "deploy_candidate", arguments: { candidate: "good" } });
+  assert.equal(created.status, 200, JSON.stringify(created.body));
+  const r = created.body.result;
+  assert.equal(r.resultType, "task", JSON.stringify(r));
+  assert.equal(r.status, "working");
+  assert.equal(r.statusMessage, "phase: deploying");
+  assert.ok(r.pollIntervalMs > 0 && r.ttlMs > 0);
+  const foreign = await raw("tasks/get", { taskId: r.taskId }, { token: tokenB });
+  assert.equal(foreign.body.error.code, -32602);
+  const t = await pollTask(r.taskId);
+  assert.equal(t.status, "completed", JSON.stringify(t));
+  assert.equal(t.result.isError, false, JSON.stringify(t.result));
+  assert.equal(t.result.structuredContent.status, "rolled_out");
+  assert.equal(t.statusMessage, "deploy rolled out");
+  deployTaskId = r.taskId;
+  // The deployed build is what candidate_status reports.
+  const s = await raw("tools/call", { name: "candidate_status", arguments: { candidate: "good" } });
+  assert.equal(s.body.result.structuredContent.deployed_build.deploy_id, t.result.structuredContent.deploy_id);
+});
+
 test("raw tasks: a compile error is a completed task with isError; wait:false stays a plain result", async () => {
   const created = await raw("tools/call", { name: "build_candidate", arguments: { candidate: "bad" } });
   assert.equal(created.status, 200, JSON.stringify(created.body));
@@ -278,6 +336,11 @@ test("raw tasks: a task polled across kill -9 and a restart of kiln", async () =
   assert.equal(t.result.isError, true);
   assert.equal(t.result.structuredContent.status, "interrupted");
   assert.equal(t.taskId, r.taskId);
+  // The deploy task of an earlier test resolves from the journal after the restart.
+  assert.ok(deployTaskId, "the deploy task test ran first");
+  const d = await pollTask(deployTaskId);
+  assert.equal(d.status, "completed", JSON.stringify(d));
+  assert.equal(d.result.structuredContent.status, "rolled_out");
 });
 
 test("protocol errors: wrong token, header mismatch, unknown method, GET", async () => {
@@ -332,5 +395,31 @@ test("closing a request's stream mid-build frees its slot; the build keeps runni
   const join = await client.callTool({ name: "build_candidate", arguments: { candidate: "slow3", wait: false } });
   assert.equal(join.structuredContent.build_id, s.structuredContent.latest_build.build_id);
   await client.callTool({ name: "cancel_build", arguments: { build_id: join.structuredContent.build_id } });
+  await client.close();
+});
+
+test("cancel_on_disconnect: closing the only request's stream mid-build cancels its build", async () => {
+  const client = await connect(tokenB);  // domain "other" sets build.cancel_on_disconnect
+  const ac = new AbortController();
+  const call = client.callTool({ name: "build_candidate", arguments: { candidate: "slowx" } }, { ...long, signal: ac.signal });
+  let s;
+  for (let i = 0; i < 600; i++) {
+    s = await client.callTool({ name: "candidate_status", arguments: { candidate: "slowx" } });
+    if (s.structuredContent.state === "building") break;
+    await sleep(100);
+  }
+  assert.equal(s.structuredContent.state, "building");
+  const id = s.structuredContent.latest_build.build_id;
+  ac.abort("agent gave up");
+  await assert.rejects(call);
+  let status;
+  for (let i = 0; i < 300; i++) {
+    const st = await client.callTool({ name: "candidate_status", arguments: { candidate: "slowx" } });
+    status = st.structuredContent.latest_build;
+    if (status.build_id === id && status.status === "cancelled") break;
+    await sleep(100);
+  }
+  assert.equal(status.build_id, id);
+  assert.equal(status.status, "cancelled", JSON.stringify(status));
   await client.close();
 });

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "actors/runtime.h"
+#include "app/composition.h"
 #include "tests/integration/command.h"
 #include "tests/integration/test_registry.h"
 
@@ -235,6 +236,7 @@ class IntegrationTest : public ::testing::Test {
   void Start(std::shared_ptr<Config> cfg, bool open_repositories = false) {
     RuntimeOptions opts;
     opts.open_repositories = open_repositories;
+    ComposeRuntime(cfg, &opts);
     Status st = Runtime::Create(cfg, opts, &rt_);
     ASSERT_TRUE(st.ok()) << st.ToString();
   }

@@ -1,0 +1,48 @@
+#include "app/composition.h"
+
+#include "builder/buildah_builder.h"
+#include "builder/layered_builder.h"
+#include "builder/process_runner.h"
+#include "registry/registry_client.h"
+#include "deploy/local_deployer.h"
+#include "k8s/kubernetes_deployer.h"
+
+namespace kiln {
+
+namespace {
+
+// The configured deploy target of a domain (null for "none").
+std::shared_ptr<Deployer> MakeDeployer(const std::string& name, const DomainConfig& d,
+                                       const RegistryConfig& reg, const std::string& domain_dir) {
+  if (d.deploy.type == "kubernetes" && d.deploy.kubernetes)
+    return std::make_shared<KubernetesDeployer>(*d.deploy.kubernetes);
+  if (d.deploy.type == "local" && d.deploy.local)
+    return std::make_shared<LocalDeployer>(name, *d.deploy.local,
+                                           RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file},
+                                           domain_dir + "/deploy");
+  return nullptr;
+}
+
+// The same client the layered builder pushes with: one attempt, short timeouts.
+Status PingRegistry(const RegistryConfig& reg) {
+  RegistryClientOptions ro;
+  ro.attempts = 1;
+  ro.io_timeout = std::chrono::milliseconds(3000);
+  RegistryClient client(RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file}, ro);
+  return client.Ping();
+}
+
+}  // namespace
+
+void ComposeRuntime(const std::shared_ptr<const Config>& config, RuntimeOptions* opts) {
+  if (!opts->builder) {  // an injected builder (tests) serves both modes
+    std::shared_ptr<ProcessRunner> runner = MakePosixProcessRunner();
+    opts->keep_alive.push_back(runner);  // the builders hold it by pointer
+    opts->builder = std::make_shared<BuildahBuilder>(runner.get(), "buildah", config);
+    if (!opts->layered) opts->layered = std::make_shared<LayeredBuilder>(runner.get());
+  }
+  if (opts->deploy && !opts->make_deployer) opts->make_deployer = MakeDeployer;
+  if (opts->readiness_checks && !opts->probe_registry) opts->probe_registry = PingRegistry;
+}
+
+}  // namespace kiln
