@@ -306,7 +306,7 @@ TEST_F(McpModernTest, LegacySessionsStillWork) {
 // --- tasks ------------------------------------------------------------------------------------
 
 TEST(McpTasks, TaskIdRoundTripsAndIsScopedToItsDomain) {
-  TaskRef ref{"demo", "build", "api", "b-0123", kNow};
+  TaskRef ref{"demo", "build", "api", "b-0123", kNow, ""};
   std::string id = EncodeTaskId(ref);
   EXPECT_EQ(id.rfind("kt1.", 0), 0u);
   auto back = DecodeTaskId(id, "demo");
@@ -347,7 +347,7 @@ TEST(McpTasks, StateMachine) {
 }
 
 TEST(McpTasks, TaskJsonCarriesTheResultOnlyWhenCompleted) {
-  TaskRef ref{"demo", "build", "api", "b-1", kNow - 5000};
+  TaskRef ref{"demo", "build", "api", "b-1", kNow - 5000, ""};
   TaskTiming t{kNow, 3600000, 1000};
   json working = TaskJson(ref, {{{"status", "running"}, {"phase", "building"}}, false}, t);
   EXPECT_EQ(working["status"], "working");
@@ -443,7 +443,7 @@ TEST_F(McpModernTest, WaitFalseKeepsItsOldMeaningWithTasks) {
 }
 
 TEST_F(McpModernTest, TaskGetOfAPrunedBuildIsNotFound) {
-  std::string id = EncodeTaskId({"demo", "build", "api", "b-gone", kNow});
+  std::string id = EncodeTaskId({"demo", "build", "api", "b-gone", kNow, ""});
   McpDecision g = Handle(Post(Request("tasks/get", {{"taskId", id}}, true)));
   ASSERT_EQ(g.calls.size(), 1u);
   McpResponseStream gs(g, "y");
