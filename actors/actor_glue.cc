@@ -1,11 +1,10 @@
 #include "actors/actor_glue.h"
 
+#include <spdlog/spdlog.h>
+
 #include <caf/exit_reason.hpp>
 #include <caf/scheduled_actor.hpp>
 #include <caf/send.hpp>
-
-#include <spdlog/spdlog.h>
-
 #include <string>
 
 #include "actors/protocol.h"
@@ -15,21 +14,23 @@ namespace kiln {
 void InstallHandlers(caf::scheduled_actor* self, const char* what) {
   const std::string name = what;
   self->attach_functor([name](const caf::error& reason) {
-    if (reason && reason != caf::exit_reason::user_shutdown && reason != caf::exit_reason::unreachable)
+    if (reason && reason != caf::exit_reason::user_shutdown &&
+        reason != caf::exit_reason::unreachable)
       spdlog::warn("{} actor exited: {}", name, caf::to_string(reason));
   });
   self->set_default_handler(caf::drop);
   self->set_error_handler([name](caf::scheduled_actor*, caf::error& err) {
     spdlog::warn("{} actor: unhandled error {}", name, caf::to_string(err));
   });
-  self->set_exception_handler([name](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
-    try {
-      std::rethrow_exception(eptr);
-    } catch (const std::exception& e) {
-      spdlog::error("{} actor failed: {}", name, e.what());
-    }
-    return caf::make_error(caf::sec::runtime_error);
-  });
+  self->set_exception_handler(
+      [name](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+        try {
+          std::rethrow_exception(eptr);
+        } catch (const std::exception& e) {
+          spdlog::error("{} actor failed: {}", name, e.what());
+        }
+        return caf::make_error(caf::sec::runtime_error);
+      });
 }
 
 void Callers::Answer(JournaledAnswers& answers, StateWriter* writer, const caf::actor& me,
@@ -51,7 +52,8 @@ void Callers::Progress(const std::vector<SinkId>& sinks, const ToolProgress& pro
 }
 
 void Callers::Started(SinkId sink, const BuildId& id) const {
-  if (auto it = sinks_.find(sink); it != sinks_.end()) caf::anon_send(it->second, started_atom::value, id);
+  if (auto it = sinks_.find(sink); it != sinks_.end())
+    caf::anon_send(it->second, started_atom::value, id);
 }
 
 }  // namespace kiln

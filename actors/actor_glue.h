@@ -7,7 +7,6 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 #include <caf/response_promise.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <map>

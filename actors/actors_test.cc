@@ -1,6 +1,7 @@
 // Actor-level tests of the core: the real scheduler, domain and candidate actors, with a
 // FakeBuilder in place of buildah (tests/ has the same scenarios against real buildah).
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,8 +9,6 @@
 #include <thread>
 
 #include "actors/runtime.h"
-
-#include <spdlog/spdlog.h>
 #include "builder/fake_builder.h"
 #include "common/json_text.h"
 #include "deploy/fake_deployer.h"
@@ -23,8 +22,9 @@ class ActorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (getenv("KILN_TEST_DEBUG")) spdlog::set_level(spdlog::level::debug);
-    dir_ = fs::temp_directory_path() / ("kiln-actors-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kiln-actors-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     builder_ = std::make_shared<FakeBuilder>();
@@ -140,7 +140,8 @@ TEST_F(ActorsTest, ConcurrentIdenticalBuildsAreDeduplicated) {
   EXPECT_EQ(r2.structured["status"], "succeeded");
   EXPECT_EQ(r1.structured["image"]["digest"], r2.structured["image"]["digest"]);
   EXPECT_EQ(builder_->builds.load(), 1);
-  EXPECT_TRUE(r1.structured["deduplicated"].get<bool>() || r2.structured["deduplicated"].get<bool>());
+  EXPECT_TRUE(r1.structured["deduplicated"].get<bool>() ||
+              r2.structured["deduplicated"].get<bool>());
 }
 
 TEST_F(ActorsTest, NewerRequestSupersedesRunningBuild) {
@@ -148,7 +149,8 @@ TEST_F(ActorsTest, NewerRequestSupersedesRunningBuild) {
   builder_->build_delay = std::chrono::milliseconds(3000);
   std::string s1 = Source("v1", "v1"), s2 = Source("v2", "v2");
   auto f1 = std::async(std::launch::async, [&] { return Build("a", "c1", s1); });
-  while (builder_->concurrent.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (builder_->concurrent.load() == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   builder_->build_delay = std::chrono::milliseconds(10);
   auto t0 = std::chrono::steady_clock::now();
   ToolResult r2 = Build("a", "c1", s2);
@@ -166,7 +168,8 @@ TEST_F(ActorsTest, CancelBuildToolCancelsAndLogIsReadable) {
   // cancel it through the tools.
   std::string src = Source("x", "x");
   auto f = std::async(std::launch::async, [&] { return Build("a", "c1", src); });
-  while (builder_->concurrent.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (builder_->concurrent.load() == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ToolResult st = Call("a", "candidate_status", {{"candidate", "c1"}}).get();
   ASSERT_FALSE(st.is_error);
   EXPECT_EQ(st.structured["state"], "building");
@@ -236,7 +239,8 @@ TEST_F(ActorsTest, BadArgumentsAreToolErrors) {
   EXPECT_TRUE(st.is_error);
   EXPECT_EQ(st.structured["state"], "unknown");
   EXPECT_EQ(st.structured["error_kind"], "not_pushed");
-  EXPECT_NE(st.structured["next_step"].get<std::string>().find("refs/heads/never"), std::string::npos);
+  EXPECT_NE(st.structured["next_step"].get<std::string>().find("refs/heads/never"),
+            std::string::npos);
   EXPECT_TRUE(Call("zzz", "list_candidates", json::object()).get().is_error);
 }
 
@@ -254,7 +258,8 @@ TEST_F(ActorsTest, DeployLatestSuccessfulBuildAndShowItInStatus) {
   Start(1);
   ToolResult none = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
   EXPECT_TRUE(none.is_error);
-  EXPECT_NE(none.structured["error"].get<std::string>().find("no successful build"), std::string::npos);
+  EXPECT_NE(none.structured["error"].get<std::string>().find("no successful build"),
+            std::string::npos);
   ToolResult b = Build("a", "c1", Source("d1", "package main // 1"));
   ASSERT_FALSE(b.is_error) << b.structured.dump();
   ToolResult d = Call("a", "deploy_candidate", {{"candidate", "c1"}}).get();
@@ -271,9 +276,12 @@ TEST_F(ActorsTest, DeployLatestSuccessfulBuildAndShowItInStatus) {
   EXPECT_EQ(st.structured["deployed_build"]["deploy_id"], d.structured["deploy_id"]);
   // A failed build is not deployable by id.
   ToolResult bad = Build("a", "c1", Source("d2", "x", /*broken=*/true));
-  ToolResult bd = Call("a", "deploy_candidate", {{"candidate", "c1"}, {"build_id", bad.structured["build_id"]}}).get();
+  ToolResult bd =
+      Call("a", "deploy_candidate", {{"candidate", "c1"}, {"build_id", bad.structured["build_id"]}})
+          .get();
   EXPECT_TRUE(bd.is_error);
-  EXPECT_NE(bd.structured["error"].get<std::string>().find("only a succeeded build"), std::string::npos);
+  EXPECT_NE(bd.structured["error"].get<std::string>().find("only a succeeded build"),
+            std::string::npos);
   // Domain b has no deploy target.
   ToolResult nb = Call("b", "deploy_candidate", {{"candidate", "c1"}}).get();
   EXPECT_TRUE(nb.is_error);
@@ -404,7 +412,8 @@ TEST_F(ActorsTest, RestartKeepsLatestBuildsAndDeployedBuild) {
   EXPECT_EQ(after.structured["latest_successful_build"]["build_id"], good.structured["build_id"]);
   EXPECT_EQ(after.structured["deployed_build"]["build_id"], good.structured["build_id"]);
   EXPECT_EQ(after.structured["deployed_build"]["deploy_id"], d.structured["deploy_id"]);
-  EXPECT_EQ(after.structured["deployed_build"]["image"], before.structured["deployed_build"]["image"]);
+  EXPECT_EQ(after.structured["deployed_build"]["image"],
+            before.structured["deployed_build"]["image"]);
   ToolResult c2 = Call("a", "candidate_status", {{"candidate", "c2"}}).get();
   EXPECT_EQ(c2.structured["latest_build"]["status"], "failed");
   EXPECT_EQ(c2.structured["latest_build"]["diagnostics"], bad.structured["diagnostics"]);

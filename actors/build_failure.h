@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/diagnostic.h"
 #include "common/status.h"
+#include "core/diagnostic.h"
 
 namespace kiln {
 

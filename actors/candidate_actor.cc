@@ -1,13 +1,12 @@
 #include "actors/candidate_actor.h"
 
+#include <spdlog/spdlog.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
-
-#include <spdlog/spdlog.h>
-
 #include <map>
 #include <type_traits>
 
@@ -17,7 +16,6 @@
 #include "actors/candidate_work.h"
 #include "actors/domain_env.h"
 #include "actors/journaled_answers.h"
-#include "state/key_store.h"
 #include "actors/on_push_policy.h"
 #include "actors/protocol.h"
 #include "actors/state_writer.h"
@@ -26,8 +24,9 @@
 #include "builder/log_buffer.h"
 #include "common/json_text.h"
 #include "registry/registry_client.h"  // issue 19: RegistryDeadlineScope
-#include "storage/collector.h"    // issue 19: StorageGate
+#include "state/key_store.h"
 #include "state/state_store.h"
+#include "storage/collector.h"    // issue 19: StorageGate
 #include "storage/lease_table.h"  // issue 19
 
 namespace kiln {
@@ -112,30 +111,45 @@ void CarryOne(Self self, Effect& effect) {
         } else if constexpr (std::is_same_v<E, DropSinksEffect>) {
           s.callers.DropSinks(e.sinks);
         } else if constexpr (std::is_same_v<E, ResolveEffect>) {
-          RunPhase(self, [name = s.name, e](const DomainEnv& de) { return ResolvePhase(de, name, e.id, e.req); });
+          RunPhase(self, [name = s.name, e](const DomainEnv& de) {
+            return ResolvePhase(de, name, e.id, e.req);
+          });
         } else if constexpr (std::is_same_v<E, SubmitEffect>) {
           const BuildId id = e.job.id;
-          self->request(s.scheduler, kQuickReply, submit_atom::value, e.job, caf::actor_cast<CandidateActor>(self))
-              .then([=](const SubmitReply& r) { Carry(self, self->state.core->Submitted(id, r.kind, r.cached, r.owner, r.position)); },
-                    [=](caf::error& err) {
-                      spdlog::error("build {}: the scheduler did not answer: {}", id, caf::to_string(err));
-                      Carry(self, self->state.core->SubmitFailed(id, "internal error: kiln's scheduler did not answer; build the candidate again"));
-                    });
+          self->request(s.scheduler, kQuickReply, submit_atom::value, e.job,
+                        caf::actor_cast<CandidateActor>(self))
+              .then(
+                  [=](const SubmitReply& r) {
+                    Carry(self,
+                          self->state.core->Submitted(id, r.kind, r.cached, r.owner, r.position));
+                  },
+                  [=](caf::error& err) {
+                    spdlog::error("build {}: the scheduler did not answer: {}", id,
+                                  caf::to_string(err));
+                    Carry(self,
+                          self->state.core->SubmitFailed(id,
+                                                         "internal error: kiln's scheduler did not "
+                                                         "answer; build the candidate again"));
+                  });
         } else if constexpr (std::is_same_v<E, BuildPhaseEffect>) {
-          RunPhase(self, [name = s.name, e](const DomainEnv& de) { return BuildPhase(de, name, e); });
+          RunPhase(self,
+                   [name = s.name, e](const DomainEnv& de) { return BuildPhase(de, name, e); });
         } else if constexpr (std::is_same_v<E, LaneEffect>) {
           const BuildId id = e.id;
           const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
               e.deadline - std::chrono::steady_clock::now() + kLaneMargin);
-          self->request(s.scheduler, std::max(wait, std::chrono::milliseconds(kLaneMargin)), push_atom::value,
-                        env.dc->image.registry, id)
+          self->request(s.scheduler, std::max(wait, std::chrono::milliseconds(kLaneMargin)),
+                        push_atom::value, env.dc->image.registry, id)
               .then([=](granted_atom) { Carry(self, self->state.core->LaneGranted(id)); },
                     [=](caf::error&) {
-                      Carry(self, self->state.core->LaneFailed(
-                                      id, "the push did not get its turn at the registry within the build's timeout"));
+                      Carry(self,
+                            self->state.core->LaneFailed(id,
+                                                         "the push did not get its turn at the "
+                                                         "registry within the build's timeout"));
                     });
         } else if constexpr (std::is_same_v<E, PushPhaseEffect>) {
-          RunPhase(self, [name = s.name, e](const DomainEnv& de) { return PushPhase(de, name, e); });
+          RunPhase(self,
+                   [name = s.name, e](const DomainEnv& de) { return PushPhase(de, name, e); });
         } else if constexpr (std::is_same_v<E, ReleaseLaneEffect>) {
           self->send(s.scheduler, release_atom::value, env.dc->image.registry, e.id);
         } else if constexpr (std::is_same_v<E, FinishedEffect>) {
@@ -191,7 +205,8 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
   s.core = std::make_unique<CandidateBuilds>(CoreOptions(*s.env, s.name));
   // After a restart: the candidate's recent builds from the journal.
   if (s.env->store)
-    Carry(self, s.core->Restore(s.env->store->Builds(s.env->domain, s.name, s.env->history_per_candidate)));
+    Carry(self, s.core->Restore(
+                    s.env->store->Builds(s.env->domain, s.name, s.env->history_per_candidate)));
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
@@ -204,7 +219,9 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
       [=](status_atom) -> caf::result<ToolResult> {
         auto active = self->state.core->active();
         if (!active) return ToolResult{self->state.core->StatusJson(-1), false};
-        return WithPosition(self, *active, [=](int64_t pos) { return ToolResult{self->state.core->StatusJson(pos), false}; });
+        return WithPosition(self, *active, [=](int64_t pos) {
+          return ToolResult{self->state.core->StatusJson(pos), false};
+        });
       },
       // Issue 17 (MCP tasks/get): that build's result, as build_candidate renders it (with its
       // queue position while queued).
@@ -220,19 +237,23 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
         });
       },
       [=](lookup_atom, const BuildId& id) -> ToolResult { return self->state.core->Lookup(id); },
-      [=](log_atom, const BuildId& id, uint64_t offset, uint64_t limit, uint64_t tail) -> ToolResult {
-        return self->state.core->Log(id, offset, limit, tail);
-      },
+      [=](log_atom, const BuildId& id, uint64_t offset, uint64_t limit,
+          uint64_t tail) -> ToolResult { return self->state.core->Log(id, offset, limit, tail); },
       [=](cancel_atom, const BuildId& id) -> ToolResult {
         Effects out;
         ToolResult r = self->state.core->CancelBuild(id, &out);
         Carry(self, std::move(out));
         return r;
       },
-      [=](start_atom, const BuildId& id, const std::string& key) { Carry(self, self->state.core->Start(id, key)); },
-      [=](waited_atom, const BuildId& id, const OutcomePtr& o) { Carry(self, self->state.core->Waited(id, o)); },
+      [=](start_atom, const BuildId& id, const std::string& key) {
+        Carry(self, self->state.core->Start(id, key));
+      },
+      [=](waited_atom, const BuildId& id, const OutcomePtr& o) {
+        Carry(self, self->state.core->Waited(id, o));
+      },
       [=](const WorkDone& d) {
-        spdlog::debug("candidate {}: work {} done for {}: {}", self->state.name, d.phase, d.id, d.status.ToString());
+        spdlog::debug("candidate {}: work {} done for {}: {}", self->state.name, d.phase, d.id,
+                      d.status.ToString());
         Carry(self, self->state.core->WorkFinished(d));
       },
       [=](journaled_atom, uint64_t ticket) { self->state.answers.Release(ticket); },

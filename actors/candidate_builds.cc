@@ -7,8 +7,8 @@
 
 #include "actors/build_failure.h"
 #include "actors/on_push_policy.h"
-#include "core/cancel_token.h"
 #include "common/json_text.h"
+#include "core/cancel_token.h"
 
 namespace kiln {
 namespace {
@@ -112,7 +112,8 @@ void CandidateBuilds::LogTransition(const Record& r) const {
 
 void CandidateBuilds::Progress(Record& r, const std::string& message, Effects* out) {
   r.progress += 1;
-  if (!r.sinks.empty()) out->push_back(ProgressEffect{r.sinks, {r.progress, std::nullopt, message}});
+  if (!r.sinks.empty())
+    out->push_back(ProgressEffect{r.sinks, {r.progress, std::nullopt, message}});
 }
 
 void CandidateBuilds::SetStatus(Record& r, BuildStatus st, const std::string& progress,
@@ -242,7 +243,8 @@ Effects CandidateBuilds::Request(const BuildRequest& req, WaiterId waiter, SinkI
   while (records_.count(id)) id = opts_.new_id();
   if (active_)
     if (Record* old = Find(*active_))
-      Cancel(*old, "superseded by build " + id + " (a newer build request for this candidate)", &out);
+      Cancel(*old, "superseded by build " + id + " (a newer build request for this candidate)",
+             &out);
   Record& r = records_[id];
   r.snap.id = id;
   r.snap.candidate = opts_.candidate;
@@ -288,7 +290,8 @@ Effects CandidateBuilds::Request(const BuildRequest& req, WaiterId waiter, SinkI
 }
 
 void CandidateBuilds::AnswerWaiters(std::optional<JournalWrite> write, Record& r, Effects* out) {
-  if (!r.waiters.empty() && !r.snap.waited_ms) r.snap.waited_ms = Ms(opts_.now() - r.waiters[0].called);
+  if (!r.waiters.empty() && !r.snap.waited_ms)
+    r.snap.waited_ms = Ms(opts_.now() - r.waiters[0].called);
   ToolResult base = ResultOf(r);
   if (r.waiters.empty()) {
     if (write) out->push_back(AnswerEffect{std::move(write), base, {}});
@@ -299,8 +302,9 @@ void CandidateBuilds::AnswerWaiters(std::optional<JournalWrite> write, Record& r
   for (size_t i = 0; i < r.waiters.size(); ++i) {
     const Waiter& w = r.waiters[i];
     std::optional<JournalWrite> wr =
-        i == 0 && write ? std::move(write)
-                        : (opts_.journaled ? std::optional<JournalWrite>(JournalWrite{}) : std::nullopt);
+        i == 0 && write
+            ? std::move(write)
+            : (opts_.journaled ? std::optional<JournalWrite>(JournalWrite{}) : std::nullopt);
     out->push_back(AnswerEffect{std::move(wr), ForWaiter(base, w.called, w.joined), {w.id}});
   }
   r.waiters.clear();
@@ -465,7 +469,8 @@ Effects CandidateBuilds::Submitted(const BuildId& id, SchedulerCore::SubmitKind 
       if (r->snap.status != BuildStatus::kQueued) break;  // already started
       if (position >= 0) r->snap.queue_position = position;
       Progress(*r,
-               "queued" + (position >= 0 ? " (position " + std::to_string(position) + ")" : std::string()),
+               "queued" +
+                   (position >= 0 ? " (position " + std::to_string(position) + ")" : std::string()),
                &out);
       break;
   }
@@ -550,7 +555,8 @@ void CandidateBuilds::OnBuilt(Record& r, const WorkDone& d, Effects* out) {
     const BuildStatus st = FailedOrCancelled(d.status);
     auto o = MakeOutcome(r, st);
     o->diagnostics = d.diagnostics;
-    std::string error = Describe(r, d.phase, d, r.log ? r.log->Tail(kTailBytes) : "", &o->error_kind);
+    std::string error =
+        Describe(r, d.phase, d, r.log ? r.log->Tail(kTailBytes) : "", &o->error_kind);
     o->error = ToValidUtf8(error);
     // The builder's own words are the last line of the log, where the agent looks first.
     if (r.log) r.log->Append("kiln: " + error + "\n");
@@ -664,12 +670,14 @@ ToolResult CandidateBuilds::Lookup(const BuildId& wanted) const {
   BuildId id = wanted;
   if (id.empty()) {
     if (!latest_success_)
-      return {ErrorJson("candidate '" + opts_.candidate + "' has no successful build to deploy"), true};
+      return {ErrorJson("candidate '" + opts_.candidate + "' has no successful build to deploy"),
+              true};
     id = *latest_success_;
   }
   const Record* r = Find(id);
   if (!r) return {ErrorJson("build '" + id + "' not found"), true};
-  if (r->snap.status != BuildStatus::kSucceeded || !r->snap.outcome || r->snap.outcome->digest.empty())
+  if (r->snap.status != BuildStatus::kSucceeded || !r->snap.outcome ||
+      r->snap.outcome->digest.empty())
     return {ErrorJson("build '" + id + "' is " + StatusWireName(r->snap.status) +
                       "; only a succeeded build can be deployed"),
             true};

@@ -34,13 +34,13 @@
 #include <variant>
 #include <vector>
 
-#include "core/build_types.h"
 #include "actors/scheduler_core.h"
 #include "actors/tool_views.h"
 #include "builder/log_buffer.h"
 #include "common/status.h"
-#include "state/state_store.h"
+#include "core/build_types.h"
 #include "core/tool_backend.h"
+#include "state/state_store.h"
 
 namespace kiln {
 
@@ -55,11 +55,11 @@ struct WorkDone {
   std::string phase;  // "resolve", "checkout", "build", "push"
   Status status;
   bool compile_failed = false;
-  std::string failure_kind;              // the builder's own classification, "" when none
-  std::string commit, tree, source_id;   // resolve
-  std::string image_id;                  // build
-  std::vector<Diagnostic> diagnostics;   // build
-  std::string digest, ref;               // push
+  std::string failure_kind;             // the builder's own classification, "" when none
+  std::string commit, tree, source_id;  // resolve
+  std::string image_id;                 // build
+  std::vector<Diagnostic> diagnostics;  // build
+  std::string digest, ref;              // push
   int64_t elapsed_ms = 0;
   std::map<std::string, int64_t> parts;  // build: per-part timings (issue 18)
 };
@@ -163,11 +163,11 @@ struct LeaseEffect {  // the candidate's storage is leased by `id` until it is f
   BuildId id;
 };
 
-using Effect = std::variant<AnswerEffect, ProgressEffect, StartedEffect, DropSinksEffect,
-                            ResolveEffect, SubmitEffect, BuildPhaseEffect, LaneEffect,
-                            PushPhaseEffect, ReleaseLaneEffect, FinishedEffect, CancelQueuedEffect,
-                            SaveKeyEffect, SummaryEffect, BusyAddEffect, BuildEndedEffect,
-                            LeaseEffect>;
+using Effect =
+    std::variant<AnswerEffect, ProgressEffect, StartedEffect, DropSinksEffect, ResolveEffect,
+                 SubmitEffect, BuildPhaseEffect, LaneEffect, PushPhaseEffect, ReleaseLaneEffect,
+                 FinishedEffect, CancelQueuedEffect, SaveKeyEffect, SummaryEffect, BusyAddEffect,
+                 BuildEndedEffect, LeaseEffect>;
 using Effects = std::vector<Effect>;
 
 // --- the core -------------------------------------------------------------------------------
@@ -178,15 +178,15 @@ class CandidateBuilds {
   struct Options {
     std::string domain;
     std::string candidate;
-    std::string remote;                // the domain's git remote (results, next steps)
-    std::string registry;              // image.registry: the push lane's name
-    std::vector<std::string> hidden;   // host details never shown to the agent
-    size_t history = 50;               // history_per_candidate
+    std::string remote;               // the domain's git remote (results, next steps)
+    std::string registry;             // image.registry: the push lane's name
+    std::vector<std::string> hidden;  // host details never shown to the agent
+    size_t history = 50;              // history_per_candidate
     size_t log_max_bytes = 4 << 20;
-    int timeout_s = 900;               // build.timeout_s
-    bool journaled = false;            // a state store exists: journal writes are emitted
-    bool track_branches = false;       // busy branches exist: joins of identical requests
-    bool save_keys = false;            // a build-key store exists
+    int timeout_s = 900;          // build.timeout_s
+    bool journaled = false;       // a state store exists: journal writes are emitted
+    bool track_branches = false;  // busy branches exist: joins of identical requests
+    bool save_keys = false;       // a build-key store exists
     std::function<std::string(const std::string& source_id)> build_key;
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
     std::function<int64_t()> wall_ns;  // unix ns; default: the system clock
@@ -252,7 +252,7 @@ class CandidateBuilds {
     std::vector<SinkId> sinks;
     bool push_claimed = false;  // issue 18: a build_candidate joined this push build
     Clock::time_point requested, started;
-    int64_t order = 0;  // wall-clock order of the request (unix ns); survives restarts
+    int64_t order = 0;           // wall-clock order of the request (unix ns); survives restarts
     bool owner_running = false;  // we hold a scheduler slot for this build
     bool holds_push_lane = false;
     double progress = 0;

@@ -246,7 +246,8 @@ TEST_F(CandidateBuildsTest, JoinedIdenticalBuildEndsWithTheOwnersOutcome) {
   c.Request(Req(), 1, 5, 0);
   c.WorkFinished(Done(Id(1), "resolve"));
   Effects fx = c.Submitted(Id(1), Kind::kJoined, nullptr, "b-00000000000000ff", -1);
-  EXPECT_EQ(All<ProgressEffect>(fx).at(0).progress.message, "waiting for identical build b-00000000000000ff");
+  EXPECT_EQ(All<ProgressEffect>(fx).at(0).progress.message,
+            "waiting for identical build b-00000000000000ff");
   auto o = std::make_shared<BuildOutcome>();
   o->status = BuildStatus::kFailed;
   o->error = "compile error";
@@ -426,7 +427,7 @@ TEST_F(CandidateBuildsTest, CancelWhileBuildingFreesTheSlotWhenTheBuilderReturns
   auto token = All<BuildPhaseEffect>(fx).at(0).cancel;
   Effects cancel;
   c.CancelBuild(Id(1), &cancel);
-  EXPECT_TRUE(token->cancelled());  // the running builder sees it
+  EXPECT_TRUE(token->cancelled());            // the running builder sees it
   EXPECT_FALSE(Has<FinishedEffect>(cancel));  // the slot is still in use
   fx = c.WorkFinished(Done(Id(1), "build"));
   ASSERT_EQ(All<FinishedEffect>(fx).size(), 1u);
@@ -519,8 +520,10 @@ TEST_F(CandidateBuildsTest, RestoreBringsBackFinalRecordsAndTheLatestSuccess) {
   EXPECT_EQ(sum.latest_success_order, 5000000);
   EXPECT_EQ(c.Lookup("").structured["digest"], ok.digest);
   ToolResult log = c.Log(Id(42), 0, 4096, 0);
-  EXPECT_NE(log.structured["text"].get<std::string>().find("kiln: compile error"), std::string::npos);
-  EXPECT_NE(log.structured["text"].get<std::string>().find("not kept across a restart"), std::string::npos);
+  EXPECT_NE(log.structured["text"].get<std::string>().find("kiln: compile error"),
+            std::string::npos);
+  EXPECT_NE(log.structured["text"].get<std::string>().find("not kept across a restart"),
+            std::string::npos);
   EXPECT_TRUE(c.Restore({}).empty());
 }
 
@@ -537,7 +540,8 @@ TEST_F(CandidateBuildsTest, ViewsOfUnknownAndUnfinishedBuilds) {
   EXPECT_TRUE(queued);
   EXPECT_FALSE(c.Result(Id(9), &queued));
   EXPECT_EQ(c.StatusJson(2)["queue_position"], 2);
-  EXPECT_EQ(c.Lookup(Id(1)).structured["error"], "build '" + Id(1) + "' is queued; only a succeeded build can be deployed");
+  EXPECT_EQ(c.Lookup(Id(1)).structured["error"],
+            "build '" + Id(1) + "' is queued; only a succeeded build can be deployed");
 }
 
 }  // namespace

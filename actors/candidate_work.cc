@@ -4,11 +4,11 @@
 
 #include <chrono>
 
+#include "common/file_util.h"
 #include "core/cancel_token.h"
 #include "registry/registry_client.h"  // issue 19: RegistryDeadlineScope
-#include "common/file_util.h"
-#include "storage/collector.h"    // issue 19: StorageGate
-#include "storage/lease_table.h"  // issue 19
+#include "storage/collector.h"         // issue 19: StorageGate
+#include "storage/lease_table.h"       // issue 19
 #include "workspace/checkout.h"
 #include "workspace/git_runner.h"  // issue 19: GitDeadlineScope
 #include "workspace/source_tree.h"
@@ -17,7 +17,9 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-int64_t Ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+int64_t Ms(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 // Issue 19: how a registry wait cut by the build's deadline is worded.
 std::string BuildDeadlineWords(const DomainEnv& env) {
@@ -119,7 +121,8 @@ WorkDone BuildPhase(const DomainEnv& env, const std::string& candidate, const Bu
     return d;
   }
   auto log = e.log;
-  BuildResult br = env.builder->Build(job, [&](std::string_view chunk) { log->Append(chunk); }, e.cancel.get());
+  BuildResult br = env.builder->Build(
+      job, [&](std::string_view chunk) { log->Append(chunk); }, e.cancel.get());
   d.status = br.status;
   d.compile_failed = br.compile_failed;
   d.failure_kind = br.failure_kind;
@@ -138,7 +141,8 @@ WorkDone PushPhase(const DomainEnv& env, const std::string& candidate, const Pus
   BuildResult built;
   built.image_id = e.image_id;
   auto log = e.log;
-  PushResult pr = env.builder->Push(job, built, [&](std::string_view c) { log->Append(c); }, e.cancel.get());
+  PushResult pr = env.builder->Push(
+      job, built, [&](std::string_view c) { log->Append(c); }, e.cancel.get());
   WorkDone d;
   d.id = e.id;
   d.phase = "push";

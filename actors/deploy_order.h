@@ -25,10 +25,10 @@ class DeployOrder {
   enum class Action { kStart, kJoin, kQueue, kRefuse };
   struct Decision {
     Action action = Action::kRefuse;
-    std::string deploy_id;                   // kJoin: the deploy joined; else the new one
-    std::string reason;                      // kRefuse: why
-    std::optional<std::string> cancel;       // deploy to cancel (superseded running one)
-    std::optional<std::string> superseded;   // queued deploy dropped without running
+    std::string deploy_id;                  // kJoin: the deploy joined; else the new one
+    std::string reason;                     // kRefuse: why
+    std::optional<std::string> cancel;      // deploy to cancel (superseded running one)
+    std::optional<std::string> superseded;  // queued deploy dropped without running
   };
 
   /// Call when a request arrives (before any asynchronous lookup); pass the value to Admit.

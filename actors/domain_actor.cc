@@ -1,13 +1,12 @@
 #include "actors/domain_actor.h"
 
+#include <spdlog/spdlog.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
-
-#include <spdlog/spdlog.h>
-
 #include <map>
 #include <type_traits>
 
@@ -45,7 +44,8 @@ CandidateActor Candidate(Self self, const std::string& name, bool create) {
   auto it = s.candidates.find(name);
   if (it != s.candidates.end()) return it->second;
   if (!create || !s.core->MayAdd()) return CandidateActor{};
-  auto a = SpawnCandidate(self->system(), s.env, name, s.scheduler, caf::actor_cast<DomainActor>(self));
+  auto a =
+      SpawnCandidate(self->system(), s.env, name, s.scheduler, caf::actor_cast<DomainActor>(self));
   self->link_to(a);
   s.candidates[name] = a;
   s.core->AddCandidate(name);
@@ -54,8 +54,7 @@ CandidateActor Candidate(Self self, const std::string& name, bool create) {
 
 caf::result<ToolResult> Build(Self self, BuildRequest& req, caf::actor& sink) {
   auto cand = Candidate(self, req.candidate, true);
-  if (!cand)
-    return self->state.core->TooManyCandidates();
+  if (!cand) return self->state.core->TooManyCandidates();
   return self->delegate(cand, build_atom::value, std::move(req), std::move(sink));
 }
 
@@ -81,21 +80,26 @@ void Carry(Self self, DomainEffects effects) {
             if (e.record)
               write = [store, rec = *e.record]() mutable {
                 Status st = store->RecordDeploy(&rec);
-                if (!st.ok()) spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id, st.message());
+                if (!st.ok())
+                  spdlog::error("state journal: cannot record deploy {}: {}", rec.deploy_id,
+                                st.message());
               };
             s.callers.Answer(s.answers, store && e.record ? s.env->writer.get() : nullptr,
-                             caf::actor_cast<caf::actor>(self), std::move(write), std::move(e.result), e.waiters);
+                             caf::actor_cast<caf::actor>(self), std::move(write),
+                             std::move(e.result), e.waiters);
             s.callers.DropSinks(e.done_sinks);
           } else if constexpr (std::is_same_v<E, DeployProgressEffect>) {
             s.callers.Progress(e.sinks, e.progress);
           } else if constexpr (std::is_same_v<E, DeployStartEffect>) {
-            spdlog::info("deploy {} domain={} candidate={} build={} -> rolling out {}", e.req.deploy_id, s.env->domain,
-                         e.req.candidate, e.req.build_id, e.req.image);
+            spdlog::info("deploy {} domain={} candidate={} build={} -> rolling out {}",
+                         e.req.deploy_id, s.env->domain, e.req.candidate, e.req.build_id,
+                         e.req.image);
             auto me = caf::actor_cast<DomainActor>(self);
             s.env->work->Run([me, deployer = s.env->deployer, cancel = e.cancel, req = e.req] {
-              DeployResult res = DeployPhase(*deployer, req, cancel.get(), [me, id = req.deploy_id](const std::string& line) {
-                caf::anon_send(me, deploy_prog_atom::value, id, line);
-              });
+              DeployResult res = DeployPhase(
+                  *deployer, req, cancel.get(), [me, id = req.deploy_id](const std::string& line) {
+                    caf::anon_send(me, deploy_prog_atom::value, id, line);
+                  });
               caf::anon_send(me, deploy_done_atom::value, req.deploy_id, res);
             });
           }
@@ -104,10 +108,12 @@ void Carry(Self self, DomainEffects effects) {
 }
 
 // deploy_candidate and apply: look the build up in its candidate, then admit the deploy.
-caf::result<ToolResult> Deploy(Self self, const std::string& candidate, const std::optional<std::string>& build_id,
-                               bool wait, const caf::actor& sink) {
+caf::result<ToolResult> Deploy(Self self, const std::string& candidate,
+                               const std::optional<std::string>& build_id, bool wait,
+                               const caf::actor& sink) {
   auto& s = self->state;
-  if (!s.env->deployer) return Error("domain '" + s.env->domain + "' has no deploy target (deploy.type is \"none\")");
+  if (!s.env->deployer)
+    return Error("domain '" + s.env->domain + "' has no deploy target (deploy.type is \"none\")");
   auto cand = Candidate(self, candidate, false);
   if (auto refusal = s.core->DeployRefusal(candidate, build_id, bool(cand))) return *refusal;
   const uint64_t arrival = s.core->Arrive();
@@ -120,9 +126,12 @@ caf::result<ToolResult> Deploy(Self self, const std::string& candidate, const st
               return;
             }
             auto& s = self->state;
-            Carry(self, s.core->AdmitDeploy(arrival, r.structured, wait, s.callers.AddWaiter(rp), s.callers.AddSink(sink)));
+            Carry(self, s.core->AdmitDeploy(arrival, r.structured, wait, s.callers.AddWaiter(rp),
+                                            s.callers.AddSink(sink)));
           },
-          [=](caf::error& e) mutable { rp.deliver(Error("internal error: " + caf::to_string(e))); });
+          [=](caf::error& e) mutable {
+            rp.deliver(Error("internal error: " + caf::to_string(e)));
+          });
   return rp;
 }
 
@@ -134,10 +143,13 @@ caf::result<ToolResult> CandidateStatus(Self self, const std::string& c) {
       .then(
           [=](ToolResult& r) mutable {
             const auto& deployed = self->state.core->deployed();
-            if (deployed.is_object() && deployed.value("candidate", "") == c) r.structured["deployed_build"] = deployed;
+            if (deployed.is_object() && deployed.value("candidate", "") == c)
+              r.structured["deployed_build"] = deployed;
             rp.deliver(r);
           },
-          [=](caf::error& e) mutable { rp.deliver(Error("internal error: " + caf::to_string(e))); });
+          [=](caf::error& e) mutable {
+            rp.deliver(Error("internal error: " + caf::to_string(e)));
+          });
   return rp;
 }
 
@@ -148,11 +160,15 @@ ToolResult DeployResultById(Self self, const std::string& id) {
   auto& s = self->state;
   if (auto known = s.core->DeployById(id)) return *known;
   if (s.env->store)
-    for (auto rec : {s.env->store->LatestDeploy(s.env->domain), s.env->store->Deployed(s.env->domain)}) {
+    for (auto rec :
+         {s.env->store->LatestDeploy(s.env->domain), s.env->store->Deployed(s.env->domain)}) {
       if (!rec || rec->deploy_id != id) continue;
-      nlohmann::json j = {{"deploy_id", rec->deploy_id}, {"build_id", rec->build_id},
-                          {"image", {{"ref", rec->image}}}, {"status", rec->status},
-                          {"reason", rec->reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(rec->reason)}};
+      nlohmann::json j = {
+          {"deploy_id", rec->deploy_id},
+          {"build_id", rec->build_id},
+          {"image", {{"ref", rec->image}}},
+          {"status", rec->status},
+          {"reason", rec->reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(rec->reason)}};
       if (auto b = s.env->store->Build(rec->build_id)) j["candidate"] = b->candidate;
       if (rec->status == "in_progress") {
         j["status"] = "failed";
@@ -201,7 +217,8 @@ caf::result<ToolResult> Tool(Self self, ToolCall& call, caf::actor& sink) {
     case DomainTool::kBuildLog: {
       size_t offset = 0, limit = 0, tail = 0;
       if (!(st = ParseLogArgs(args, &id, &offset, &limit, &tail)).ok()) return Error(st.message());
-      return ByBuildId(self, id, log_atom::value, id, uint64_t{offset}, uint64_t{limit}, uint64_t{tail});
+      return ByBuildId(self, id, log_atom::value, id, uint64_t{offset}, uint64_t{limit},
+                       uint64_t{tail});
     }
     case DomainTool::kBuildResult: {
       nlohmann::json rest = args;
@@ -229,12 +246,14 @@ caf::result<ToolResult> Tool(Self self, ToolCall& call, caf::actor& sink) {
     }
     case DomainTool::kListCandidates:
       if (!args.is_object() || !args.empty()) return Error("list_candidates takes no arguments");
-      return ToolResult{{{"domain", s.env->domain}, {"candidates", s.core->CandidateList()}}, false};
+      return ToolResult{{{"domain", s.env->domain}, {"candidates", s.core->CandidateList()}},
+                        false};
   }
   return Error("unknown tool '" + call.tool.substr(0, 64) + "'");
 }
 
-DomainActor::behavior_type DomainBehavior(Self self, std::shared_ptr<const DomainEnv> env, SchedulerActor scheduler) {
+DomainActor::behavior_type DomainBehavior(Self self, std::shared_ptr<const DomainEnv> env,
+                                          SchedulerActor scheduler) {
   InstallHandlers(self, "domain");
   auto& s = self->state;
   s.env = std::move(env);
@@ -251,14 +270,22 @@ DomainActor::behavior_type DomainBehavior(Self self, std::shared_ptr<const Domai
   if (s.env->store)
     if (auto d = s.env->store->Deployed(s.env->domain)) {
       auto b = s.env->store->Build(d->build_id);
-      s.core->SetDeployed({{"deploy_id", d->deploy_id}, {"build_id", d->build_id}, {"image", d->image},
-                           {"status", "rolled_out"},    {"candidate", b ? b->candidate : ""},
-                           {"digest", b ? b->digest : ""}, {"commit", b ? b->commit : ""}});
+      s.core->SetDeployed({{"deploy_id", d->deploy_id},
+                           {"build_id", d->build_id},
+                           {"image", d->image},
+                           {"status", "rolled_out"},
+                           {"candidate", b ? b->candidate : ""},
+                           {"digest", b ? b->digest : ""},
+                           {"commit", b ? b->commit : ""}});
     }
   for (const auto& c : s.env->known_candidates) Candidate(self, c, true);
   return {
-      [=](tool_atom, ToolCall& call, caf::actor& sink) -> caf::result<ToolResult> { return Tool(self, call, sink); },
-      [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> { return Build(self, req, sink); },
+      [=](tool_atom, ToolCall& call, caf::actor& sink) -> caf::result<ToolResult> {
+        return Tool(self, call, sink);
+      },
+      [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
+        return Build(self, req, sink);
+      },
       [=](summary_atom, CandidateSummary& sum) { self->state.core->OnSummary(std::move(sum)); },
       [=](pushed_atom, std::vector<PushedRef>& refs) {
         // Issue 18: build on push. Each pushed candidate branch starts its build through the
@@ -269,11 +296,12 @@ DomainActor::behavior_type DomainBehavior(Self self, std::shared_ptr<const Domai
         for (BuildRequest& req : PushBuilds(refs, s.env->dc && s.env->dc->build.on_push)) {
           auto cand = Candidate(self, req.candidate, true);
           if (!cand) {
-            spdlog::warn("domain {}: push to {} not built on push: too many candidates (limit {})", s.env->domain,
-                         req.candidate, s.env->max_candidates);
+            spdlog::warn("domain {}: push to {} not built on push: too many candidates (limit {})",
+                         s.env->domain, req.candidate, s.env->max_candidates);
             continue;
           }
-          spdlog::info("domain {}: push to {} ({}) -> build on push", s.env->domain, req.candidate, req.commit->substr(0, 12));
+          spdlog::info("domain {}: push to {} ({}) -> build on push", s.env->domain, req.candidate,
+                       req.commit->substr(0, 12));
           caf::anon_send(cand, build_atom::value, std::move(req), caf::actor{});
         }
       },
@@ -293,7 +321,8 @@ DomainActor::behavior_type DomainBehavior(Self self, std::shared_ptr<const Domai
 
 }  // namespace
 
-DomainActor SpawnDomain(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env, SchedulerActor scheduler) {
+DomainActor SpawnDomain(caf::actor_system& sys, std::shared_ptr<const DomainEnv> env,
+                        SchedulerActor scheduler) {
   return sys.spawn(DomainBehavior, std::move(env), std::move(scheduler));
 }
 

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <caf/fwd.hpp>
-
 #include <memory>
 
 #include "actors/protocol.h"

@@ -7,9 +7,9 @@
 #include <random>
 
 #include "actors/build_failure.h"
-#include "core/cancel_token.h"
 #include "actors/tool_views.h"
 #include "common/json_text.h"
+#include "core/cancel_token.h"
 
 namespace kiln {
 namespace {
@@ -24,15 +24,21 @@ std::string RandomDeployId() {
 // The classified failure of a deploy whose target does not classify its own (Kubernetes does:
 // deploy_crash, deploy_unready, deploy_image, ...): by its reason.
 nlohmann::json ReasonFailureJson(const DeployResult& res, const std::string& candidate) {
-  static const std::map<std::string, std::string> kKinds = {
-      {"Superseded", "superseded"},           {"StartFailed", "deploy_crash"},
-      {"HealthCheckFailed", "deploy_unready"}, {"Timeout", "deploy_unready"},
-      {"ImagePullBackOff", "deploy_image"},   {"ErrImagePull", "deploy_image"},
-      {"CrashLoopBackOff", "deploy_crash"}};
+  static const std::map<std::string, std::string> kKinds = {{"Superseded", "superseded"},
+                                                            {"StartFailed", "deploy_crash"},
+                                                            {"HealthCheckFailed", "deploy_unready"},
+                                                            {"Timeout", "deploy_unready"},
+                                                            {"ImagePullBackOff", "deploy_image"},
+                                                            {"ErrImagePull", "deploy_image"},
+                                                            {"CrashLoopBackOff", "deploy_crash"}};
   static const std::map<std::string, std::string> kNextSteps = {
-      {"deploy_crash", "the program exits or crashes at start: read message, fix the code, build and deploy again"},
-      {"deploy_unready", "the program runs but never became healthy: check its health endpoint and start-up time, build and deploy again"},
-      {"deploy_image", "the image cannot be pulled: build the candidate again, then deploy the new build"},
+      {"deploy_crash",
+       "the program exits or crashes at start: read message, fix the code, build and deploy again"},
+      {"deploy_unready",
+       "the program runs but never became healthy: check its health endpoint and start-up time, "
+       "build and deploy again"},
+      {"deploy_image",
+       "the image cannot be pulled: build the candidate again, then deploy the new build"},
       {"superseded", "a newer deploy is in progress: wait for it (candidate_status)"}};
   const std::string& r = res.reason;
   auto k = kKinds.find(r);
@@ -121,10 +127,12 @@ ToolResult DomainCore::TooManyCandidates() const {
 }
 
 ToolResult DomainCore::UnknownCandidateStatus(const std::string& c) const {
-  ToolResult r = ToolError("candidate '" + c + "' has no builds in this domain (known candidates: " +
-                               KnownCandidates() + ")",
-                           "not_pushed", c, opts_.remote);
-  for (const char* k : {"latest_build", "latest_successful_build", "deployed_build", "queue_position"})
+  ToolResult r =
+      ToolError("candidate '" + c +
+                    "' has no builds in this domain (known candidates: " + KnownCandidates() + ")",
+                "not_pushed", c, opts_.remote);
+  for (const char* k :
+       {"latest_build", "latest_successful_build", "deployed_build", "queue_position"})
     r.structured[k] = nullptr;
   r.structured["candidate"] = c;
   r.structured["state"] = "unknown";
@@ -135,14 +143,17 @@ std::optional<ToolResult> DomainCore::DeployRefusal(const std::string& candidate
                                                     const std::optional<BuildId>& build_id,
                                                     bool known) const {
   if (auto owner = build_id ? OwnerOf(*build_id) : std::nullopt; owner && *owner != candidate) {
-    ToolResult r = ToolError("build " + *build_id + " belongs to candidate '" + *owner + "', not '" +
-                             candidate + "'; deploy it with candidate=" + *owner);
-    r.structured["next_step"] = "call deploy_candidate with candidate=" + *owner + " and build_id=" + *build_id;
+    ToolResult r = ToolError("build " + *build_id + " belongs to candidate '" + *owner +
+                             "', not '" + candidate + "'; deploy it with candidate=" + *owner);
+    r.structured["next_step"] =
+        "call deploy_candidate with candidate=" + *owner + " and build_id=" + *build_id;
     return r;
   }
   if (known) return std::nullopt;
-  return ToolError("candidate '" + candidate + "' has no successful build to deploy: it is not known in domain '" +
-                       opts_.domain + "' (known candidates: " + KnownCandidates() + "); build it first",
+  return ToolError("candidate '" + candidate +
+                       "' has no successful build to deploy: it is not known in domain '" +
+                       opts_.domain + "' (known candidates: " + KnownCandidates() +
+                       "); build it first",
                    "not_pushed", candidate, opts_.remote);
 }
 
@@ -150,7 +161,8 @@ ToolResult DomainCore::NotDeployable(ToolResult r) {
   if (!r.structured.contains("error_kind")) {
     r.structured["error_kind"] = "invalid_argument";
     r.structured["next_step"] =
-        "build the candidate (build_candidate) and deploy a succeeded build; candidate_status lists its builds";
+        "build the candidate (build_candidate) and deploy a succeeded build; candidate_status "
+        "lists its builds";
   }
   return r;
 }
@@ -183,12 +195,12 @@ std::optional<std::string> DomainCore::ChooseApply(const std::optional<std::stri
       if (success.second > best) best = success.second, c = name;
   }
   if (c && success_.count(*c)) return c;
-  *nothing_built = {{{"domain", opts_.domain},
-                     {"status", "nothing_built"},
-                     {"message", c ? "candidate '" + *c + "' has no successful build"
-                                   : "no candidate of domain '" + opts_.domain +
-                                         "' has a successful build"}},
-                    false};
+  *nothing_built = {
+      {{"domain", opts_.domain},
+       {"status", "nothing_built"},
+       {"message", c ? "candidate '" + *c + "' has no successful build"
+                     : "no candidate of domain '" + opts_.domain + "' has a successful build"}},
+      false};
   return std::nullopt;
 }
 
@@ -237,7 +249,8 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
                                       WaiterId waiter, SinkId sink) {
   DomainEffects out;
   if (stopping_) {
-    out.push_back(DeployAnswerEffect{std::nullopt, ToolError("kiln is shutting down"), {waiter}, {sink}});
+    out.push_back(
+        DeployAnswerEffect{std::nullopt, ToolError("kiln is shutting down"), {waiter}, {sink}});
     return out;
   }
   DeployRequest req;
@@ -252,7 +265,8 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
   while (deploys_.count(req.deploy_id)) req.deploy_id = opts_.new_deploy_id();
   auto d = order_.Admit(arrival, req.build_id, build_order, req.deploy_id);
   if (d.action == DeployOrder::Action::kRefuse) {
-    out.push_back(DeployAnswerEffect{std::nullopt, {RefusedJson(req, d.reason), true}, {waiter}, {sink}});
+    out.push_back(
+        DeployAnswerEffect{std::nullopt, {RefusedJson(req, d.reason), true}, {waiter}, {sink}});
     return out;
   }
   if (d.action == DeployOrder::Action::kJoin) {
@@ -292,10 +306,13 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
     Attach(run, wait, waiter, sink, &out);
     out.push_back(DeployAnswerEffect{rec, ToolResult{View(run), false}, {}, {}});
   } else {
-    out.push_back(DeployAnswerEffect{rec, ToolResult{View(run), false}, {waiter},
+    out.push_back(DeployAnswerEffect{rec,
+                                     ToolResult{View(run), false},
+                                     {waiter},
                                      sink ? std::vector<SinkId>{sink} : std::vector<SinkId>{}});
   }
-  if (d.action == DeployOrder::Action::kStart) out.push_back(DeployStartEffect{run.req, run.cancel});
+  if (d.action == DeployOrder::Action::kStart)
+    out.push_back(DeployStartEffect{run.req, run.cancel});
   return out;
 }
 
@@ -321,10 +338,10 @@ void DomainCore::Finish(DeployRun& run, DeployResult res, DomainEffects* out) {
   res.message = ToValidUtf8(res.message);
   run.result = res;
   if (res.state == DeployState::kRolledOut) {
-    deployed_ = {{"deploy_id", run.id},         {"build_id", run.req.build_id},
-                 {"candidate", run.req.candidate}, {"image", run.req.image},
-                 {"digest", run.req.digest},    {"commit", run.req.commit},
-                 {"status", "rolled_out"}};
+    deployed_ = {
+        {"deploy_id", run.id},    {"build_id", run.req.build_id}, {"candidate", run.req.candidate},
+        {"image", run.req.image}, {"digest", run.req.digest},     {"commit", run.req.commit},
+        {"status", "rolled_out"}};
     spdlog::info("deploy {} domain={} candidate={} build={} -> rolled_out{} in {} ms", run.id,
                  opts_.domain, run.req.candidate, run.req.build_id,
                  res.changed ? "" : " (already deployed)", res.elapsed_ms);
@@ -340,7 +357,8 @@ void DomainCore::Finish(DeployRun& run, DeployResult res, DomainEffects* out) {
   rec.image = run.req.image;
   rec.status = DeployStateName(res.state);
   rec.reason = res.reason;
-  out->push_back(DeployAnswerEffect{rec, ToolResult{View(run), res.state != DeployState::kRolledOut},
+  out->push_back(DeployAnswerEffect{rec,
+                                    ToolResult{View(run), res.state != DeployState::kRolledOut},
                                     std::move(run.waiters), std::move(run.sinks)});
   run.waiters.clear();
   run.sinks.clear();

@@ -21,19 +21,18 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "actors/candidate_builds.h"
 #include "actors/deploy_order.h"
+#include "core/tool_backend.h"
 #include "deploy/deployer.h"
 #include "state/state_store.h"
-#include "core/tool_backend.h"
 
 namespace kiln {
 
@@ -47,7 +46,7 @@ enum class DomainTool {
   kApply,         // operator API only (/v1); not an MCP tool
   kDomainStatus,  // operator API only (/v1)
   kBuildLog,
-  kBuildResult,   // issue 17: MCP tasks/get (not an MCP tool)
+  kBuildResult,  // issue 17: MCP tasks/get (not an MCP tool)
   kCancelBuild,
   kListCandidates,
   kDeployResult,  // issue 17: MCP tasks/get of a deploy (not an MCP tool)
@@ -104,8 +103,7 @@ class DomainCore {
   /// deploy_candidate checks before the lookup: another candidate's build names its owner
   /// (issue 16); an unknown candidate lists the known ones. nullopt: go on.
   std::optional<ToolResult> DeployRefusal(const std::string& candidate,
-                                          const std::optional<BuildId>& build_id,
-                                          bool known) const;
+                                          const std::optional<BuildId>& build_id, bool known) const;
   /// The candidate's lookup refused the build: its answer, in the failure vocabulary.
   static ToolResult NotDeployable(ToolResult lookup);
   /// A candidate's summary after a transition: list_candidates, build owners, success order.

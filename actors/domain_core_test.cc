@@ -38,7 +38,7 @@ CandidateSummary Summary(const std::string& cand, const std::string& latest,
 }
 
 nlohmann::json Info(const std::string& cand, const std::string& build, int64_t order) {
-  return {{"candidate", cand}, {"build_id", build}, {"commit", "c"},
+  return {{"candidate", cand},           {"build_id", build},    {"commit", "c"},
           {"image", "reg/app@sha256:x"}, {"digest", "sha256:x"}, {"order", order}};
 }
 
@@ -260,13 +260,17 @@ TEST_F(DomainCoreTest, DeployRefusalsNameTheOwnerOrTheKnownCandidates) {
   c.OnSummary(Summary("alice", "b-1"));
   auto wrong = c.DeployRefusal("bob", std::string("b-1"), true);
   ASSERT_TRUE(wrong);
-  EXPECT_EQ(wrong->structured["next_step"], "call deploy_candidate with candidate=alice and build_id=b-1");
+  EXPECT_EQ(wrong->structured["next_step"],
+            "call deploy_candidate with candidate=alice and build_id=b-1");
   EXPECT_EQ(wrong->structured["error_kind"], "invalid_argument");
   auto unknown = c.DeployRefusal("carol", std::nullopt, false);
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->structured["error_kind"], "not_pushed");
-  EXPECT_NE(unknown->structured["error"].get<std::string>().find("known candidates: 'alice'"), std::string::npos);
-  EXPECT_NE(unknown->structured["next_step"].get<std::string>().find("https://kiln.example/git/dom"), std::string::npos);
+  EXPECT_NE(unknown->structured["error"].get<std::string>().find("known candidates: 'alice'"),
+            std::string::npos);
+  EXPECT_NE(
+      unknown->structured["next_step"].get<std::string>().find("https://kiln.example/git/dom"),
+      std::string::npos);
   EXPECT_FALSE(c.DeployRefusal("alice", std::string("b-1"), true));
   EXPECT_FALSE(c.DeployRefusal("alice", std::nullopt, true));
 }
@@ -282,7 +286,8 @@ TEST_F(DomainCoreTest, UnknownCandidateStatusSaysHowToStart) {
 }
 
 TEST_F(DomainCoreTest, ALookupRefusalGetsAKindUnlessItHasOne) {
-  ToolResult plain{{{"error", "build 'b-1' is failed; only a succeeded build can be deployed"}}, true};
+  ToolResult plain{{{"error", "build 'b-1' is failed; only a succeeded build can be deployed"}},
+                   true};
   EXPECT_EQ(DomainCore::NotDeployable(plain).structured["error_kind"], "invalid_argument");
   ToolResult kinded{{{"error", "x"}, {"error_kind", "not_pushed"}}, true};
   EXPECT_EQ(DomainCore::NotDeployable(kinded).structured["error_kind"], "not_pushed");

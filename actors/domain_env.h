@@ -26,19 +26,19 @@ class StateWriter;
 struct DomainEnv {
   std::shared_ptr<const Config> config;
   std::string domain;
-  const DomainConfig* dc = nullptr;        // points into *config
+  const DomainConfig* dc = nullptr;          // points into *config
   const RegistryConfig* registry = nullptr;  // points into *config
-  std::string domain_dir;                  // <state_dir>/domains/<domain>
-  std::string home_dir;                    // HOME for tools (no credentials)
-  std::shared_ptr<GitRepo> repo;           // null in `kiln build --source` mode
+  std::string domain_dir;                    // <state_dir>/domains/<domain>
+  std::string home_dir;                      // HOME for tools (no credentials)
+  std::shared_ptr<GitRepo> repo;             // null in `kiln build --source` mode
   std::shared_ptr<Builder> builder;
   std::shared_ptr<BlockingWork> work;
-  std::shared_ptr<BuildMetrics> metrics;   // may be null
-  std::shared_ptr<BusyBranches> busy;      // may be null
-  std::shared_ptr<KeyStore> keys;          // may be null: no persistent build-key cache
-  std::shared_ptr<Deployer> deployer;      // null: deploy.type "none"
-  std::shared_ptr<StateStore> store;       // may be null: nothing persisted (`kiln build`)
-  std::shared_ptr<StateWriter> writer;     // set with store: the store's writes run here
+  std::shared_ptr<BuildMetrics> metrics;      // may be null
+  std::shared_ptr<BusyBranches> busy;         // may be null
+  std::shared_ptr<KeyStore> keys;             // may be null: no persistent build-key cache
+  std::shared_ptr<Deployer> deployer;         // null: deploy.type "none"
+  std::shared_ptr<StateStore> store;          // may be null: nothing persisted (`kiln build`)
+  std::shared_ptr<StateWriter> writer;        // set with store: the store's writes run here
   std::vector<std::string> known_candidates;  // candidates with a workspace (restored at start)
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;

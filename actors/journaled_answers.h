@@ -15,7 +15,6 @@
 #include <caf/actor.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <map>

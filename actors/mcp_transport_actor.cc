@@ -1,13 +1,12 @@
 #include "actors/mcp_transport_actor.h"
 
-#include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
-#include <caf/stateful_actor.hpp>
-#include <caf/send.hpp>
-#include <caf/typed_event_based_actor.hpp>
-
 #include <spdlog/spdlog.h>
 
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <memory>
 
 #include "actors/tool_views.h"
@@ -77,7 +76,9 @@ caf::behavior SinkBehavior(caf::event_based_actor* self, mcp_transport_actor tra
       [=](progress_atom, ToolProgress& p) {
         self->send(transport, progress_atom::value, handle, std::move(p));
       },
-      [=](started_atom, const BuildId& id) { self->send(transport, started_atom::value, handle, id); },
+      [=](started_atom, const BuildId& id) {
+        self->send(transport, started_atom::value, handle, id);
+      },
       [=](quit_sink_atom) { self->quit(); },
   };
 }
@@ -90,7 +91,8 @@ mcp_transport_actor::behavior_type TransportBehavior(TransportPtr self,
   std::shared_ptr<McpCallTable> calls = self->state.calls;
   self->attach_functor([calls](const caf::error&) {
     for (auto& e : calls->TakeAll())
-      Deliver(e.tool, e.done, ErrorResult("kiln stopped before the call finished; retry once it is back"));
+      Deliver(e.tool, e.done,
+              ErrorResult("kiln stopped before the call finished; retry once it is back"));
   });
   self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
     try {
@@ -110,20 +112,23 @@ mcp_transport_actor::behavior_type TransportBehavior(TransportPtr self,
           Deliver(call.tool, cb.done, ErrorResult("unknown domain"));
           return;
         }
-        McpCallTable::Entry entry{call.domain, call.tool, std::move(cb.progress), std::move(cb.done), {}, false};
+        McpCallTable::Entry entry{call.domain,        call.tool, std::move(cb.progress),
+                                  std::move(cb.done), {},        false};
         if (!s.calls->Add(handle, std::move(entry))) {
           spdlog::error("MCP transport: call handle {} reused; call {} refused", handle, call.tool);
           return;
         }
         auto t = s.timeouts.find(call.domain);
-        std::chrono::seconds timeout = CallTimeout(call, t == s.timeouts.end() ? CallTimeouts{} : t->second);
+        std::chrono::seconds timeout =
+            CallTimeout(call, t == s.timeouts.end() ? CallTimeouts{} : t->second);
         caf::actor sink;
         if (CallWaitsForWork(call)) {
           sink = self->spawn(SinkBehavior, caf::actor_cast<mcp_transport_actor>(self), handle);
           s.sinks[handle] = sink;
         }
         ToolCall probe{call.domain, call.tool, nlohmann::json::object()};
-        if (call.arguments.is_object() && call.arguments.contains("wait")) probe.arguments["wait"] = call.arguments["wait"];
+        if (call.arguments.is_object() && call.arguments.contains("wait"))
+          probe.arguments["wait"] = call.arguments["wait"];
         self->request(dom->second, timeout, tool_atom::value, std::move(call), sink)
             .then([=](ToolResult& r) { Finish(self, handle, std::move(r)); },
                   [=](caf::error& e) {
@@ -133,7 +138,8 @@ mcp_transport_actor::behavior_type TransportBehavior(TransportPtr self,
                       Finish(self, handle, CallTimeoutResult(probe, timeout));
                       return;
                     }
-                    spdlog::warn("call {}: the domain did not answer: {}", probe.tool, caf::to_string(e));
+                    spdlog::warn("call {}: the domain did not answer: {}", probe.tool,
+                                 caf::to_string(e));
                     Finish(self, handle,
                            ErrorResult("kiln could not complete " + probe.tool +
                                        " (the domain did not answer); retry the call, and tell the "
@@ -151,8 +157,9 @@ mcp_transport_actor::behavior_type TransportBehavior(TransportPtr self,
         auto t = s.timeouts.find(e->domain);
         bool cancel = t != s.timeouts.end() && t->second.cancel_on_disconnect;
         if (auto id = s.calls->Disconnect(handle, cancel)) {
-          spdlog::info("call {} (domain {}): stream closed; cancelling build {} (cancel_on_disconnect)",
-                       e->tool, e->domain, *id);
+          spdlog::info(
+              "call {} (domain {}): stream closed; cancelling build {} (cancel_on_disconnect)",
+              e->tool, e->domain, *id);
           SendCancel(self, e->domain, *id);
         }
       },
@@ -171,7 +178,8 @@ mcp_transport_actor::behavior_type TransportBehavior(TransportPtr self,
 
 }  // namespace
 
-mcp_transport_actor SpawnMcpTransport(caf::actor_system& sys, std::map<std::string, caf::actor> domains,
+mcp_transport_actor SpawnMcpTransport(caf::actor_system& sys,
+                                      std::map<std::string, caf::actor> domains,
                                       std::map<std::string, CallTimeouts> timeouts) {
   return sys.spawn(TransportBehavior, std::move(domains), std::move(timeouts));
 }

@@ -30,13 +30,12 @@
 #include <caf/fwd.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
-
 #include <map>
 #include <string>
 
 #include "actors/protocol.h"
-#include "transport/mcp_call_table.h"
 #include "core/tool_backend.h"
+#include "transport/mcp_call_table.h"
 
 namespace kiln {
 
@@ -48,17 +47,16 @@ struct McpCallCallbacks {
   ToolBackend::DoneFn done;
 };
 
-using mcp_transport_actor =
-    caf::typed_actor<caf::reacts_to<mcp_call_atom, uint64_t, ToolCall, McpCallCallbacks>,
-                     caf::reacts_to<cancel_atom, uint64_t>,
-                     caf::reacts_to<disconnect_atom, uint64_t>,
-                     caf::reacts_to<progress_atom, uint64_t, ToolProgress>,
-                     caf::reacts_to<started_atom, uint64_t, BuildId>,
-                     caf::replies_to<stats_atom>::with<uint64_t>>;
+using mcp_transport_actor = caf::typed_actor<
+    caf::reacts_to<mcp_call_atom, uint64_t, ToolCall, McpCallCallbacks>,
+    caf::reacts_to<cancel_atom, uint64_t>, caf::reacts_to<disconnect_atom, uint64_t>,
+    caf::reacts_to<progress_atom, uint64_t, ToolProgress>,
+    caf::reacts_to<started_atom, uint64_t, BuildId>, caf::replies_to<stats_atom>::with<uint64_t>>;
 
 /// Spawns the transport actor over `domains` (name -> domain actor) with each domain's
 /// deadlines and disconnect policy (`timeouts`; domains not listed get CallTimeouts{}).
-mcp_transport_actor SpawnMcpTransport(caf::actor_system& sys, std::map<std::string, caf::actor> domains,
+mcp_transport_actor SpawnMcpTransport(caf::actor_system& sys,
+                                      std::map<std::string, caf::actor> domains,
                                       std::map<std::string, CallTimeouts> timeouts);
 
 }  // namespace kiln

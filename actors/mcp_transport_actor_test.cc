@@ -3,13 +3,12 @@
 // and calls left in flight when kiln stops.
 #include "actors/mcp_transport_actor.h"
 
+#include <gtest/gtest.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
-
-#include <gtest/gtest.h>
-
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -145,8 +144,8 @@ TEST_F(TransportActorTest, ACallPastItsDeadlineIsAnsweredWithATimeout) {
   CallTimeouts t;
   t.quick = std::chrono::seconds(1);
   Start(t);
-  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{3}, ToolCall{"a", "hang", nlohmann::json::object()},
-                 Callbacks(seen_));
+  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{3},
+                 ToolCall{"a", "hang", nlohmann::json::object()}, Callbacks(seen_));
   ASSERT_TRUE(seen_->WaitFor([&] { return seen_->done.size() == 1; }));
   EXPECT_TRUE(seen_->done[0].is_error);
   EXPECT_EQ(seen_->done[0].structured["error_kind"], "timeout");
@@ -154,8 +153,8 @@ TEST_F(TransportActorTest, ACallPastItsDeadlineIsAnsweredWithATimeout) {
 
 TEST_F(TransportActorTest, CallsInFlightWhenKilnStopsAreAnswered) {
   Start();
-  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{4}, ToolCall{"a", "hang", nlohmann::json::object()},
-                 Callbacks(seen_));
+  caf::anon_send(transport_, mcp_call_atom::value, uint64_t{4},
+                 ToolCall{"a", "hang", nlohmann::json::object()}, Callbacks(seen_));
   caf::anon_send(transport_, mcp_call_atom::value, uint64_t{5},
                  ToolCall{"a", "build_candidate", {{"candidate", "x"}}}, Callbacks(seen_));
   ASSERT_TRUE(seen_->WaitFor([&] { return seen_->progress.size() == 1; }));
@@ -195,7 +194,7 @@ TEST_F(TransportActorTest, AClosedStreamKeepsTheBuildByDefault) {
   ASSERT_TRUE(seen_->WaitFor([&] { return seen_->done.size() == 1; }));
   std::lock_guard<std::mutex> l(seen_->mu);
   EXPECT_EQ(seen_->done[0].structured["state"], "idle");  // the status answer, not the build's
-  EXPECT_TRUE(seen_->cancelled_builds.empty());            // the build keeps running
+  EXPECT_TRUE(seen_->cancelled_builds.empty());           // the build keeps running
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ struct PushBuildFacts {
   std::string candidate;      // the candidate's name (= its branch)
   std::string pushed_commit;  // the commit the push set the branch to
   BuildStatus status = BuildStatus::kQueued;
-  bool latest = true;   // no other build of the candidate was requested after it
+  bool latest = true;    // no other build of the candidate was requested after it
   bool claimed = false;  // a build_candidate already joined it
 };
 

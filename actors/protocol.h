@@ -18,9 +18,9 @@
 //                       (or of the latest successful one); is_error when not deployable
 //                   (log_atom, BuildId, offset, limit, tail)       -> ToolResult
 //                   (cancel_atom, BuildId)                         -> ToolResult
-//                   from the scheduler: (start_atom, BuildId, key), (waited_atom, BuildId, OutcomePtr)
-//                   from its work phases: WorkDone; from the state writer: (journaled_atom, ticket)
-//                   (shutdown_atom)
+//                   from the scheduler: (start_atom, BuildId, key), (waited_atom, BuildId,
+//                   OutcomePtr) from its work phases: WorkDone; from the state writer:
+//                   (journaled_atom, ticket) (shutdown_atom)
 //   DomainActor:    (tool_atom, ToolCall, actor sink)              -> ToolResult
 //                   (build_atom, BuildRequest, actor sink)         -> ToolResult  (CLI path)
 //                   (summary_atom, CandidateSummary)               from its candidates
@@ -32,28 +32,27 @@
 //                   (progress_atom, ToolProgress), (started_atom, BuildId)
 #pragma once
 
+#include <algorithm>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
-
-#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "core/build_types.h"
 #include "actors/candidate_builds.h"
 #include "actors/on_push_policy.h"
 #include "actors/scheduler_core.h"
 #include "common/status.h"
 #include "config/config.h"
-#include "deploy/deployer.h"
+#include "core/build_types.h"
 #include "core/tool_backend.h"
+#include "deploy/deployer.h"
 
 namespace kiln {
 
@@ -110,29 +109,26 @@ using CandidateActor = caf::typed_actor<
     caf::replies_to<log_atom, BuildId, uint64_t, uint64_t, uint64_t>::with<ToolResult>,
     caf::replies_to<cancel_atom, BuildId>::with<ToolResult>,
     caf::reacts_to<start_atom, BuildId, std::string>,
-    caf::reacts_to<waited_atom, BuildId, OutcomePtr>,
-    caf::reacts_to<WorkDone>,
-    caf::reacts_to<journaled_atom, uint64_t>,
-    caf::reacts_to<shutdown_atom>>;
+    caf::reacts_to<waited_atom, BuildId, OutcomePtr>, caf::reacts_to<WorkDone>,
+    caf::reacts_to<journaled_atom, uint64_t>, caf::reacts_to<shutdown_atom>>;
 
-using SchedulerActor = caf::typed_actor<
-    caf::replies_to<submit_atom, JobRequest, CandidateActor>::with<SubmitReply>,
-    caf::reacts_to<finished_atom, std::string, BuildId, OutcomePtr>,
-    caf::reacts_to<cancel_atom, BuildId>,
-    caf::replies_to<push_atom, std::string, BuildId>::with<granted_atom>,
-    caf::reacts_to<release_atom, std::string, BuildId>,
-    caf::replies_to<position_atom, BuildId>::with<int64_t>,
-    caf::replies_to<stats_atom>::with<SchedulerStats>>;
+using SchedulerActor =
+    caf::typed_actor<caf::replies_to<submit_atom, JobRequest, CandidateActor>::with<SubmitReply>,
+                     caf::reacts_to<finished_atom, std::string, BuildId, OutcomePtr>,
+                     caf::reacts_to<cancel_atom, BuildId>,
+                     caf::replies_to<push_atom, std::string, BuildId>::with<granted_atom>,
+                     caf::reacts_to<release_atom, std::string, BuildId>,
+                     caf::replies_to<position_atom, BuildId>::with<int64_t>,
+                     caf::replies_to<stats_atom>::with<SchedulerStats>>;
 
-using DomainActor = caf::typed_actor<
-    caf::replies_to<tool_atom, ToolCall, caf::actor>::with<ToolResult>,
-    caf::replies_to<build_atom, BuildRequest, caf::actor>::with<ToolResult>,
-    caf::reacts_to<summary_atom, CandidateSummary>,
-    caf::reacts_to<pushed_atom, std::vector<PushedRef>>,
-    caf::reacts_to<deploy_prog_atom, std::string, std::string>,
-    caf::reacts_to<deploy_done_atom, std::string, DeployResult>,
-    caf::reacts_to<journaled_atom, uint64_t>,
-    caf::reacts_to<shutdown_atom>>;
+using DomainActor =
+    caf::typed_actor<caf::replies_to<tool_atom, ToolCall, caf::actor>::with<ToolResult>,
+                     caf::replies_to<build_atom, BuildRequest, caf::actor>::with<ToolResult>,
+                     caf::reacts_to<summary_atom, CandidateSummary>,
+                     caf::reacts_to<pushed_atom, std::vector<PushedRef>>,
+                     caf::reacts_to<deploy_prog_atom, std::string, std::string>,
+                     caf::reacts_to<deploy_done_atom, std::string, DeployResult>,
+                     caf::reacts_to<journaled_atom, uint64_t>, caf::reacts_to<shutdown_atom>>;
 
 // --- request timeouts (no request waits forever) ------------------------------------------
 
@@ -164,8 +160,7 @@ constexpr std::chrono::seconds kDeployBudget{300};
 /// of its tools may wait (a build with wait; a deploy with wait), plus margins.
 inline std::chrono::seconds ToolCallTimeout(const DomainConfig& dc) {
   std::chrono::seconds deploy = kDeployBudget;
-  if (dc.deploy.kubernetes)
-    deploy += std::chrono::seconds(dc.deploy.kubernetes->rollout_timeout_s);
+  if (dc.deploy.kubernetes) deploy += std::chrono::seconds(dc.deploy.kubernetes->rollout_timeout_s);
   return std::max(BuildReplyTimeout(dc.build), deploy + kBuildMargin);
 }
 

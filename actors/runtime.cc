@@ -1,14 +1,13 @@
 #include "actors/runtime.h"
 
+#include <spdlog/spdlog.h>
+
+#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
-
-#include <spdlog/spdlog.h>
-
-#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -17,7 +16,6 @@
 #include "actors/build_metrics.h"
 #include "actors/domain_actor.h"
 #include "actors/domain_env.h"
-#include "state/key_store.h"
 #include "actors/mcp_transport_actor.h"
 #include "actors/protocol.h"
 #include "actors/scheduler_actor.h"
@@ -25,6 +23,7 @@
 #include "actors/tool_views.h"
 #include "common/json_text.h"
 #include "common/names.h"
+#include "state/key_store.h"
 #include "state/state_store.h"
 #include "storage/collector.h"     // issue 19
 #include "storage/lease_table.h"   // issue 19
@@ -49,8 +48,8 @@ struct Runtime::Impl {
   std::vector<std::shared_ptr<void>> keep_alive;  // destroyed last (RuntimeOptions::keep_alive)
   std::shared_ptr<const Config> config;
   std::function<Status(const RegistryConfig&)> probe_registry;
-  std::shared_ptr<Builder> builder;          // containerfile mode (or the injected builder)
-  std::shared_ptr<Builder> layered;          // layered mode
+  std::shared_ptr<Builder> builder;  // containerfile mode (or the injected builder)
+  std::shared_ptr<Builder> layered;  // layered mode
   std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
   std::shared_ptr<BuildMetrics> metrics = std::make_shared<BuildMetrics>();
   std::shared_ptr<kiln::BusyBranches> busy = std::make_shared<kiln::BusyBranches>();
@@ -100,9 +99,7 @@ int64_t Runtime::Impl::CollectOnce() {
   return 0;
 }
 
-int64_t Runtime::CollectStorageNow() {
-  return impl_->collector ? impl_->CollectOnce() : 0;
-}
+int64_t Runtime::CollectStorageNow() { return impl_->collector ? impl_->CollectOnce() : 0; }
 
 void Runtime::Impl::RefreshReadiness() {
   nlohmann::json checks = nlohmann::json::object();
@@ -140,24 +137,30 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   std::string state = fs::absolute(config->server.state_dir).string();
   std::string home = state + "/home";
   fs::create_directories(home, ec);
-  if (ec) return Status::FailedPrecondition("cannot create state directory " + state + ": " + ec.message());
+  if (ec)
+    return Status::FailedPrecondition("cannot create state directory " + state + ": " +
+                                      ec.message());
   fs::permissions(state, fs::perms::owner_all, fs::perm_options::replace, ec);
 
   if (opts.persist) {
     impl->store = std::make_shared<StateStore>(StateStoreOptions{});
     LoadSummary sum;
     Status st = impl->store->Load(state + "/state", &sum);
-    if (!st.ok()) return Status::FailedPrecondition("state journal " + state + "/state: " + st.message());
+    if (!st.ok())
+      return Status::FailedPrecondition("state journal " + state + "/state: " + st.message());
     impl->writer = std::make_shared<StateWriter>();
-    spdlog::info("state: {} build(s), {} deployed domain(s) loaded in {} ms{}", sum.builds, sum.deploys,
-                 sum.load_ms,
-                 sum.interrupted.empty() ? "" : "; " + std::to_string(sum.interrupted.size()) +
-                                                     " build(s) were running when kiln stopped: now interrupted");
+    spdlog::info("state: {} build(s), {} deployed domain(s) loaded in {} ms{}", sum.builds,
+                 sum.deploys, sum.load_ms,
+                 sum.interrupted.empty()
+                     ? ""
+                     : "; " + std::to_string(sum.interrupted.size()) +
+                           " build(s) were running when kiln stopped: now interrupted");
     if (sum.truncated_bytes)
       spdlog::warn("state: a torn last record ({} bytes, a write cut short by a crash) was dropped",
                    sum.truncated_bytes);
     for (const auto& id : sum.duplicate_terminal)
-      spdlog::error("state: build {} has a second terminal record (ignored: the first one wins)", id);
+      spdlog::error("state: build {} has a second terminal record (ignored: the first one wins)",
+                    id);
     for (const auto& c : sum.corruptions) spdlog::error("state: {}", c);
     for (const auto& n : sum.notes) spdlog::info("state: {}", n);
   }
@@ -207,7 +210,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->max_candidates = static_cast<size_t>(d.max_candidates);
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
-    if (ec) return Status::FailedPrecondition("cannot create " + env->domain_dir + ": " + ec.message());
+    if (ec)
+      return Status::FailedPrecondition("cannot create " + env->domain_dir + ": " + ec.message());
     if (opts.open_repositories) {
       std::unique_ptr<GitRepo> repo;
       Status st = GitRepo::Open(env->domain_dir + "/repo.git", &repo);
@@ -223,7 +227,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     CallTimeouts t;
     t.build = std::chrono::seconds(d.build.timeout_s + 1800);  // the build plus time in the queue
     int rollout = d.deploy.kubernetes ? d.deploy.kubernetes->rollout_timeout_s : 300;
-    t.deploy = std::chrono::seconds(rollout + 300);            // plus lookup and image pull
+    t.deploy = std::chrono::seconds(rollout + 300);  // plus lookup and image pull
     t.cancel_on_disconnect = d.build.cancel_on_disconnect;
     timeouts[name] = t;
   }
@@ -232,14 +236,15 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   impl->transport = SpawnMcpTransport(*impl->sys, std::move(domain_handles), std::move(timeouts));
   Impl* raw = impl.get();
   impl->readiness = {{"builder", {{"ok", false}, {"detail", "first check pending"}}}};
-  if (opts.readiness_checks) impl->ready_thread = std::thread([raw] {
-    int ticks = 0;
-    raw->RefreshReadiness();
-    while (!raw->stop) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (++ticks % 50 == 0) raw->RefreshReadiness();  // every 10 s
-    }
-  });
+  if (opts.readiness_checks)
+    impl->ready_thread = std::thread([raw] {
+      int ticks = 0;
+      raw->RefreshReadiness();
+      while (!raw->stop) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (++ticks % 50 == 0) raw->RefreshReadiness();  // every 10 s
+      }
+    });
   // Issue 19: the storage collector, at start and every storage.gc_interval_s.
   if (impl->store) {
     impl->collector =
@@ -250,7 +255,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
       const int ticks_per_run = raw->config->storage.gc_interval_s * 5;
       int since = 0;
       for (int ticks = 0; !raw->stop; ++ticks, ++since) {
-        if (ticks % ticks_per_run == 0 || (since >= 50 && raw->storage_gate->TakeCollectionWanted())) {
+        if (ticks % ticks_per_run == 0 ||
+            (since >= 50 && raw->storage_gate->TakeCollectionWanted())) {
           raw->CollectOnce();
           since = 0;
         }
@@ -270,7 +276,9 @@ uint64_t Runtime::Call(ToolCall call, ProgressFn progress, DoneFn done) {
   return handle;
 }
 
-void Runtime::Cancel(uint64_t handle) { caf::anon_send(impl_->transport, cancel_atom::value, handle); }
+void Runtime::Cancel(uint64_t handle) {
+  caf::anon_send(impl_->transport, cancel_atom::value, handle);
+}
 
 void Runtime::Disconnected(uint64_t handle) {
   caf::anon_send(impl_->transport, disconnect_atom::value, handle);
@@ -292,10 +300,12 @@ ToolResult Runtime::BuildAndWait(const std::string& domain, const BuildRequest& 
   if (dom == impl_->domains.end()) return {ErrorJson("unknown domain '" + domain + "'"), true};
   caf::scoped_actor self{*impl_->sys};
   ToolResult out{ErrorJson("no result"), true};
-  self->request(dom->second, ToolCallTimeout(impl_->config->domains.at(domain)), build_atom::value, req,
-                caf::actor{})
+  self->request(dom->second, ToolCallTimeout(impl_->config->domains.at(domain)), build_atom::value,
+                req, caf::actor{})
       .receive([&](ToolResult& r) { out = std::move(r); },
-               [&](caf::error& e) { out = {ErrorJson("internal error: " + caf::to_string(e)), true}; });
+               [&](caf::error& e) {
+                 out = {ErrorJson("internal error: " + caf::to_string(e)), true};
+               });
   return out;
 }
 

@@ -16,33 +16,34 @@
 #include <string>
 #include <vector>
 
-#include "core/build_types.h"
 #include "actors/on_push_policy.h"
 #include "builder/builder.h"
 #include "common/status.h"
 #include "config/config.h"
-#include "deploy/deployer.h"
+#include "core/build_types.h"
 #include "core/tool_backend.h"
+#include "deploy/deployer.h"
 
 namespace kiln {
 
 struct RuntimeOptions {
   using DeployerFactory = std::function<std::shared_ptr<Deployer>(
-      const std::string& domain, const DomainConfig&, const RegistryConfig&, const std::string& domain_dir)>;
+      const std::string& domain, const DomainConfig&, const RegistryConfig&,
+      const std::string& domain_dir)>;
 
-  size_t worker_threads = 2;                 // scheduler.max-threads of the actor system
-  std::shared_ptr<Builder> builder;          // containerfile mode (required)
-  std::shared_ptr<Builder> layered;          // layered mode (null: `builder`)
+  size_t worker_threads = 2;         // scheduler.max-threads of the actor system
+  std::shared_ptr<Builder> builder;  // containerfile mode (required)
+  std::shared_ptr<Builder> layered;  // layered mode (null: `builder`)
   /// The deploy target of a domain (null result: none). Unset: no domain has a deployer.
   DeployerFactory make_deployer;
   /// Readiness probe of a registry for /readyz (unset: registries are not probed).
   std::function<Status(const RegistryConfig&)> probe_registry;
   /// What the parts above need alive while the Runtime lives (the builders' process runner).
   std::vector<std::shared_ptr<void>> keep_alive;
-  bool open_repositories = true;             // false for `kiln build --source` (no git)
-  bool readiness_checks = true;              // background builder/registry checks for /readyz
-  bool deploy = true;                        // false: no deployers (`kiln build`)
-  bool persist = true;                       // false: no state journal (`kiln build`)
+  bool open_repositories = true;  // false for `kiln build --source` (no git)
+  bool readiness_checks = true;   // background builder/registry checks for /readyz
+  bool deploy = true;             // false: no deployers (`kiln build`)
+  bool persist = true;            // false: no state journal (`kiln build`)
   /// Overrides the deployer of a domain (tests); domains not listed get the configured one.
   std::map<std::string, std::shared_ptr<Deployer>> deployers;
 };

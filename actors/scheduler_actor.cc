@@ -1,12 +1,11 @@
 #include "actors/scheduler_actor.h"
 
+#include <spdlog/spdlog.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
-
-#include <spdlog/spdlog.h>
-
 #include <unordered_map>
 
 #include "actors/actor_glue.h"
@@ -58,10 +57,10 @@ void Dispatch(Self self) {
   UpdateGauges(self);
 }
 
-SchedulerActor::behavior_type SchedulerBehavior(Self self, size_t max_parallel, std::map<std::string, int> weights,
-                                std::shared_ptr<BuildMetrics> metrics,
-                                std::vector<std::pair<std::string, OutcomePtr>> known,
-                                std::map<std::string, size_t> slots) {
+SchedulerActor::behavior_type SchedulerBehavior(
+    Self self, size_t max_parallel, std::map<std::string, int> weights,
+    std::shared_ptr<BuildMetrics> metrics, std::vector<std::pair<std::string, OutcomePtr>> known,
+    std::map<std::string, size_t> slots) {
   InstallHandlers(self, "scheduler");
   auto& s = self->state;
   s.core = std::make_unique<SchedulerCore>(max_parallel);
@@ -155,9 +154,10 @@ SchedulerActor::behavior_type SchedulerBehavior(Self self, size_t max_parallel, 
 }  // namespace
 
 SchedulerActor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
-                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
-                          std::vector<std::pair<std::string, OutcomePtr>> known,
-                          std::map<std::string, size_t> slots) {
+                              std::map<std::string, int> weights,
+                              std::shared_ptr<BuildMetrics> metrics,
+                              std::vector<std::pair<std::string, OutcomePtr>> known,
+                              std::map<std::string, size_t> slots) {
   return sys.spawn(SchedulerBehavior, max_parallel, std::move(weights), std::move(metrics),
                    std::move(known), std::move(slots));
 }

@@ -4,15 +4,14 @@
 #pragma once
 
 #include <caf/fwd.hpp>
-
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/build_types.h"
 #include "actors/protocol.h"
+#include "core/build_types.h"
 
 namespace kiln {
 
@@ -22,8 +21,9 @@ class BuildMetrics;
 /// `known` seeds the build-key cache (loaded from the KeyStore).
 /// `slots`: domain -> the most builds it may run at once (absent: only `max_parallel`).
 SchedulerActor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
-                          std::map<std::string, int> weights, std::shared_ptr<BuildMetrics> metrics,
-                          std::vector<std::pair<std::string, OutcomePtr>> known = {},
-                          std::map<std::string, size_t> slots = {});
+                              std::map<std::string, int> weights,
+                              std::shared_ptr<BuildMetrics> metrics,
+                              std::vector<std::pair<std::string, OutcomePtr>> known = {},
+                              std::map<std::string, size_t> slots = {});
 
 }  // namespace kiln

@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/build_types.h"
 #include "actors/fair_queue.h"
+#include "core/build_types.h"
 
 namespace kiln {
 
@@ -63,8 +63,8 @@ class SchedulerCore {
   std::vector<StartOrder> Dispatch();
 
   struct FinishDecision {
-    std::vector<BuildId> notify;           // builds to deliver `outcome` to (owner included)
-    bool requeued = false;                 // owner was cancelled, a waiter took over
+    std::vector<BuildId> notify;  // builds to deliver `outcome` to (owner included)
+    bool requeued = false;        // owner was cancelled, a waiter took over
     std::optional<BuildId> new_owner;
   };
   /// The owner's execution of `key` ended. If it was cancelled and other builds still wait on
@@ -110,9 +110,9 @@ class SchedulerCore {
   size_t cache_capacity_;
   size_t running_ = 0;
   FairQueue queue_;
-  std::map<std::string, Job> jobs_;                        // key -> job in flight
-  std::unordered_map<BuildId, std::string> build_key_;     // build id -> key (in flight)
-  std::list<std::string> lru_;                             // most recent first
+  std::map<std::string, Job> jobs_;                     // key -> job in flight
+  std::unordered_map<BuildId, std::string> build_key_;  // build id -> key (in flight)
+  std::list<std::string> lru_;                          // most recent first
   std::unordered_map<std::string, std::pair<OutcomePtr, std::list<std::string>::iterator>> cache_;
 };
 

@@ -88,7 +88,8 @@ TEST(FairQueue, RemoveAndFifoWithinDomain) {
 
 TEST(SchedulerCore, RespectsMaxParallel) {
   SchedulerCore s(2);
-  for (int i = 0; i < 5; ++i) s.Submit({"b" + std::to_string(i), "d", "c" + std::to_string(i), "k" + std::to_string(i)});
+  for (int i = 0; i < 5; ++i)
+    s.Submit({"b" + std::to_string(i), "d", "c" + std::to_string(i), "k" + std::to_string(i)});
   auto started = s.Dispatch();
   EXPECT_EQ(started.size(), 2u);
   EXPECT_TRUE(s.Dispatch().empty());
@@ -189,7 +190,8 @@ TEST(SchedulerCore, CacheIsBoundedLru) {
 
 TEST(SchedulerCore, FairAcrossDomainsThroughCore) {
   SchedulerCore s(2);
-  for (int i = 0; i < 20; ++i) s.Submit({"a" + std::to_string(i), "A", "ca", "ka" + std::to_string(i)});
+  for (int i = 0; i < 20; ++i)
+    s.Submit({"a" + std::to_string(i), "A", "ca", "ka" + std::to_string(i)});
   auto first = s.Dispatch();
   ASSERT_EQ(first.size(), 2u);
   s.Submit({"b0", "B", "cb", "kb0"});

@@ -1,7 +1,6 @@
 #include "actors/tool_views.h"
 
 #include "actors/build_failure.h"
-
 #include "common/json_text.h"
 #include "common/names.h"
 
@@ -29,10 +28,12 @@ Status GetString(const nlohmann::json& args, const char* name, bool required,
                  std::optional<std::string>* out) {
   auto it = args.find(name);
   if (it == args.end() || it->is_null()) {
-    if (required) return Status::InvalidArgument(std::string("missing required argument '") + name + "'");
+    if (required)
+      return Status::InvalidArgument(std::string("missing required argument '") + name + "'");
     return Status::Ok();
   }
-  if (!it->is_string()) return Status::InvalidArgument(std::string("argument '") + name + "' must be a string");
+  if (!it->is_string())
+    return Status::InvalidArgument(std::string("argument '") + name + "' must be a string");
   *out = it->get<std::string>();
   return Status::Ok();
 }
@@ -41,7 +42,8 @@ Status GetString(const nlohmann::json& args, const char* name, bool required,
 Status GetBool(const nlohmann::json& args, const char* name, bool* out) {
   auto it = args.find(name);
   if (it == args.end() || it->is_null()) return Status::Ok();
-  if (!it->is_boolean()) return Status::InvalidArgument(std::string("argument '") + name + "' must be a boolean");
+  if (!it->is_boolean())
+    return Status::InvalidArgument(std::string("argument '") + name + "' must be a boolean");
   *out = it->get<bool>();
   return Status::Ok();
 }
@@ -124,7 +126,8 @@ Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id) {
   if (!(s = CheckKnownKeys(args, {"build_id"})).ok()) return s;
   std::optional<std::string> id;
   if (!(s = GetString(args, "build_id", true, &id)).ok()) return s;
-  if (!IsValidBuildId(*id)) return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
+  if (!IsValidBuildId(*id))
+    return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
   *build_id = *id;
   return Status::Ok();
 }
@@ -146,16 +149,19 @@ Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* o
   auto t = args.find("tail");
   if (t != args.end() && !t->is_null()) {
     if (!t->is_number_integer() || t->get<int64_t>() < 1 || t->get<int64_t>() > (1 << 20))
-      return Status::InvalidArgument("argument 'tail' must be an integer from 1 to 1048576 (bytes from the end)");
+      return Status::InvalidArgument(
+          "argument 'tail' must be an integer from 1 to 1048576 (bytes from the end)");
     for (const char* k : {"offset", "limit"})
       if (args.contains(k) && !args[k].is_null())
-        return Status::InvalidArgument(std::string("argument 'tail' cannot be combined with '") + k +
-                                       "': read the end with tail, or a page with offset and limit");
+        return Status::InvalidArgument(
+            std::string("argument 'tail' cannot be combined with '") + k +
+            "': read the end with tail, or a page with offset and limit");
     *tail = static_cast<size_t>(t->get<int64_t>());
   }
   std::optional<std::string> id;
   if (!(s = GetString(args, "build_id", true, &id)).ok()) return s;
-  if (!IsValidBuildId(*id)) return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
+  if (!IsValidBuildId(*id))
+    return Status::InvalidArgument("build_id is malformed (expected b-<16 hex>)");
   *build_id = *id;
   *offset = 0;
   *limit = 64 * 1024;
@@ -203,17 +209,19 @@ nlohmann::json BuildJson(const BuildSnapshot& b) {
   if (b.status == BuildStatus::kFailed || b.status == BuildStatus::kCancelled ||
       b.status == BuildStatus::kInterrupted) {
     if (kind.empty()) kind = b.status == BuildStatus::kCancelled ? "cancelled" : "infrastructure";
-    if (error.empty()) error = b.status == BuildStatus::kCancelled ? "the build was cancelled" : "the build failed";
+    if (error.empty())
+      error = b.status == BuildStatus::kCancelled ? "the build was cancelled" : "the build failed";
     j["error"] = error;
     j["error_kind"] = kind;
     j["next_step"] = NextStepFor(kind, b.candidate, b.remote);
   }
   if (b.queue_position) j["queue_position"] = *b.queue_position;
-  j["timings"] = {{"queued_ms", b.timings.queued_ms},
-                  {"build_ms", b.timings.build_ms},
-                  {"push_ms", b.timings.push_ms},
-                  {"total_ms", b.timings.total_ms},
-                  {"waited_ms", b.waited_ms ? nlohmann::json(*b.waited_ms) : nlohmann::json(nullptr)}};
+  j["timings"] = {
+      {"queued_ms", b.timings.queued_ms},
+      {"build_ms", b.timings.build_ms},
+      {"push_ms", b.timings.push_ms},
+      {"total_ms", b.timings.total_ms},
+      {"waited_ms", b.waited_ms ? nlohmann::json(*b.waited_ms) : nlohmann::json(nullptr)}};
   j["started_on_push"] = b.started_on_push;  // issue 18
   j["joined"] = b.joined;
   if (!b.timings.parts.empty()) j["timings"]["parts"] = b.timings.parts;  // issue 18
@@ -227,8 +235,8 @@ nlohmann::json CandidateSummaryJson(const std::string& candidate, const BuildSna
   j["candidate"] = candidate;
   j["state"] = latest ? PhaseName(latest->status) : "idle";
   j["latest_build"] = latest ? nlohmann::json{{"build_id", latest->id},
-                                             {"status", StatusWireName(latest->status)},
-                                             {"commit", latest->commit}}
+                                              {"status", StatusWireName(latest->status)},
+                                              {"commit", latest->commit}}
                              : nlohmann::json(nullptr);
   if (latest_success) {
     const BuildSnapshot& r = *latest_success;
@@ -266,18 +274,15 @@ nlohmann::json DeployableJson(const BuildSnapshot& b, int64_t order) {
 }
 
 nlohmann::json LogChunkJson(const BuildId& id, const LogBuffer::Chunk& c) {
-  return {{"build_id", id},
-          {"text", c.text},
-          {"offset", c.offset},
-          {"next_offset", c.next_offset},
-          {"complete", c.complete},
-          {"dropped_bytes", c.dropped}};
+  return {{"build_id", id},         {"text", c.text},
+          {"offset", c.offset},     {"next_offset", c.next_offset},
+          {"complete", c.complete}, {"dropped_bytes", c.dropped}};
 }
 
 ToolResult ToolError(const std::string& message, const std::string& kind,
                      const std::string& candidate, const std::string& remote) {
   nlohmann::json j = ErrorJson(message);
-  const std::string k = !kind.empty()                            ? kind
+  const std::string k = !kind.empty()                             ? kind
                         : message.rfind("internal error", 0) == 0 ? "infrastructure"
                                                                   : "invalid_argument";
   j["error_kind"] = k;

@@ -3,14 +3,13 @@
 // Thread-safe (no state).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include "core/build_types.h"
 #include "builder/log_buffer.h"
 #include "common/status.h"
+#include "core/build_types.h"
 #include "core/tool_backend.h"
 
 namespace kiln {
@@ -23,15 +22,15 @@ struct BuildSnapshot {
   BuildStatus status = BuildStatus::kQueued;
   bool cache_hit = false;
   bool deduplicated = false;
-  OutcomePtr outcome;          // set when final (except for early failures)
-  std::string error;           // failure reason when no outcome carries it
-  std::string error_kind;      // its kind (actors/build_failure.h)
+  OutcomePtr outcome;      // set when final (except for early failures)
+  std::string error;       // failure reason when no outcome carries it
+  std::string error_kind;  // its kind (actors/build_failure.h)
   std::string log_tail;
   std::optional<int64_t> queue_position;
   BuildTimings timings;
   // --- issue 18: build on push ---
-  bool started_on_push = false;     // kiln started it when the push landed
-  bool joined = false;              // this caller joined a build already in progress/done
+  bool started_on_push = false;      // kiln started it when the push landed
+  bool joined = false;               // this caller joined a build already in progress/done
   std::optional<int64_t> waited_ms;  // this caller's call -> answer; null: nobody asked yet
   // --- end issue 18 ---
   std::string remote;  // issue 16: the domain's git remote, for not_pushed's next_step

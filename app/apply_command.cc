@@ -3,9 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/json_text.h"
 #include "common/names.h"
@@ -26,21 +25,22 @@ ApplyOutcome InterpretApplyResponse(int http_status, const std::string& body) {
     return {1, "kiln apply: " + why + " (HTTP " + std::to_string(http_status) + ")"};
   }
   if (!j.is_object() || !j.contains("status") || !j["status"].is_string())
-    return {1, "kiln apply: " + (error.empty() ? std::string("malformed answer from kiln") : error)};
+    return {1,
+            "kiln apply: " + (error.empty() ? std::string("malformed answer from kiln") : error)};
   std::string status = j["status"].get<std::string>();
   auto str = [&](const char* k) {
     return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
   };
-  if (status == "nothing_built")
-    return {2, "kiln apply: nothing built yet: " + str("message")};
+  if (status == "nothing_built") return {2, "kiln apply: nothing built yet: " + str("message")};
   std::string image;
-  if (j.contains("image") && j["image"].is_object() && j["image"].contains("ref") && j["image"]["ref"].is_string())
+  if (j.contains("image") && j["image"].is_object() && j["image"].contains("ref") &&
+      j["image"]["ref"].is_string())
     image = j["image"]["ref"].get<std::string>();
   if (status == "rolled_out") {
     bool changed = j.value("changed", true);
-    return {0, std::string("kiln apply: ") + (changed ? "deployed " : "already deployed ") +
-                   image + " (candidate " + str("candidate") + ", build " + str("build_id") +
-                   ", deploy " + str("deploy_id") + ")"};
+    return {0, std::string("kiln apply: ") + (changed ? "deployed " : "already deployed ") + image +
+                   " (candidate " + str("candidate") + ", build " + str("build_id") + ", deploy " +
+                   str("deploy_id") + ")"};
   }
   std::string reason = str("reason"), message = str("message");
   return {1, "kiln apply: deploy " + (status.empty() ? std::string("failed") : status) +
@@ -70,7 +70,8 @@ int ApplyCommand(const std::map<std::string, std::string>& flags) {
     std::cerr << "kiln apply: --server URL and --domain D are required\n";
     return 1;
   }
-  if (!ValidateName(domain, "domain").ok() || (!candidate.empty() && !ValidateName(candidate, "candidate").ok())) {
+  if (!ValidateName(domain, "domain").ok() ||
+      (!candidate.empty() && !ValidateName(candidate, "candidate").ok())) {
     std::cerr << "kiln apply: invalid domain or candidate name\n";
     return 1;
   }
@@ -122,7 +123,8 @@ int ApplyCommand(const std::map<std::string, std::string>& flags) {
   HttpClientRequest req;
   req.method = "POST";
   req.target = rest + "/v1/domains/" + domain + "/apply";
-  req.headers = {{"Authorization", "Bearer " + token}, {"Content-Type", "application/json"},
+  req.headers = {{"Authorization", "Bearer " + token},
+                 {"Content-Type", "application/json"},
                  {"Accept", "application/json"}};
   nlohmann::json body = nlohmann::json::object();
   if (!candidate.empty()) body["candidate"] = candidate;

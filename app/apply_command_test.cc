@@ -7,7 +7,8 @@ namespace {
 
 TEST(ApplyCommandTest, ExitCodes) {
   auto ok = InterpretApplyResponse(
-      200, R"({"status":"rolled_out","changed":true,"image":{"ref":"r/x@sha256:ab","digest":"sha256:ab"},"candidate":"c1","build_id":"b-1","deploy_id":"d-1"})");
+      200,
+      R"({"status":"rolled_out","changed":true,"image":{"ref":"r/x@sha256:ab","digest":"sha256:ab"},"candidate":"c1","build_id":"b-1","deploy_id":"d-1"})");
   EXPECT_EQ(ok.exit_code, 0);
   EXPECT_NE(ok.message.find("deployed r/x@sha256:ab"), std::string::npos);
   auto same = InterpretApplyResponse(200, R"({"status":"rolled_out","changed":false,"image":"i"})");
@@ -20,7 +21,8 @@ TEST(ApplyCommandTest, ExitCodes) {
   EXPECT_EQ(failed.exit_code, 1);
   EXPECT_NE(failed.message.find("ImagePullBackOff: pull access denied"), std::string::npos);
   EXPECT_EQ(InterpretApplyResponse(401, R"({"error":"bad token"})").exit_code, 1);
-  EXPECT_NE(InterpretApplyResponse(403, R"({"error":"needs an operator token"})").message.find("operator"),
+  EXPECT_NE(InterpretApplyResponse(403, R"({"error":"needs an operator token"})")
+                .message.find("operator"),
             std::string::npos);
   EXPECT_EQ(InterpretApplyResponse(200, "not json").exit_code, 1);
   EXPECT_EQ(InterpretApplyResponse(200, R"({"error":"argument 'candidate' ..."})").exit_code, 1);

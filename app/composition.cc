@@ -3,9 +3,9 @@
 #include "builder/buildah_builder.h"
 #include "builder/layered_builder.h"
 #include "builder/process_runner.h"
-#include "registry/registry_client.h"
 #include "deploy/local_deployer.h"
 #include "k8s/kubernetes_deployer.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 

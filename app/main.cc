@@ -1,9 +1,8 @@
 // kiln: the command line. Subcommands: serve, apply, build, check-config, hash-token,
 // state-check, gc.
 #include <signal.h>
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <iostream>
@@ -13,18 +12,18 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "app/composition.h"
-#include "common/json_text.h"
-#include "common/log.h"
-#include "common/names.h"
-#include "common/sha256.h"
-#include "config/config_parser.h"
 #include "app/apply_command.h"
+#include "app/composition.h"
 #include "app/gc_command.h"  // issue 19
 #include "app/git_hook_command.h"
 #include "app/serve_command.h"
 #include "app/state_check_command.h"
 #include "builder/layered_builder.h"
+#include "common/json_text.h"
+#include "common/log.h"
+#include "common/names.h"
+#include "common/sha256.h"
+#include "config/config_parser.h"
 #include "registry/registry_client.h"
 
 namespace {
@@ -71,8 +70,8 @@ bool ParseFlags(int argc, char** argv, int start, std::map<std::string, std::str
   return true;
 }
 
-bool Require(const std::map<std::string, std::string>& flags, std::initializer_list<const char*> names,
-             std::string* err) {
+bool Require(const std::map<std::string, std::string>& flags,
+             std::initializer_list<const char*> names, std::string* err) {
   for (const char* n : names)
     if (!flags.count(n) || flags.at(n).empty()) {
       *err = std::string("missing --") + n;
@@ -174,14 +173,15 @@ int CheckLayeredBases(const std::string& path) {
     if (d.build.mode != "layered" || !d.build.layered) continue;
     const auto& reg = cfg.registries.at(d.image.registry);
     std::string host, repo, digest, body, type, got;
-    kiln::Status st = kiln::LayeredBuilder::ParseBaseRef(d.build.layered->base_image, &host, &repo, &digest);
+    kiln::Status st =
+        kiln::LayeredBuilder::ParseBaseRef(d.build.layered->base_image, &host, &repo, &digest);
     if (st.ok()) {
       kiln::RegistryClient client(kiln::RegistryEndpoint{reg.url, reg.auth_file, reg.ca_file});
       st = client.GetManifest(repo, digest, &body, &type, &got);
     }
     if (!st.ok()) {
-      std::cerr << "domains." << name << ".build.layered.base_image: cannot be resolved: "
-                << st.message() << "\n";
+      std::cerr << "domains." << name
+                << ".build.layered.base_image: cannot be resolved: " << st.message() << "\n";
       ++bad;
     }
   }

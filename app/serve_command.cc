@@ -1,9 +1,8 @@
 #include "app/serve_command.h"
 
 #include <signal.h>
-#include <sys/resource.h>
-
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <iostream>
@@ -20,9 +19,11 @@
 
 namespace kiln {
 
-int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::string, std::string>& flags) {
+int ServeCommand(std::shared_ptr<const Config> config,
+                 const std::map<std::string, std::string>& flags) {
   InitLogging(config->log_level);
-  for (const auto& w : CollectConfigWarnings(*config)) spdlog::warn("config: {}", FormatConfigProblem(w));
+  for (const auto& w : CollectConfigWarnings(*config))
+    spdlog::warn("config: {}", FormatConfigProblem(w));
   // Connections, git processes, build pipes and journal files all take descriptors: use the
   // whole hard limit rather than a shell's soft default of 1024.
   struct rlimit nofile;

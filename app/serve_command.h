@@ -11,6 +11,7 @@ namespace kiln {
 
 /// Blocks until a termination signal; returns the process exit code.
 /// Flags: --grace SECONDS (default 30): how long running builds may finish on shutdown.
-int ServeCommand(std::shared_ptr<const Config> config, const std::map<std::string, std::string>& flags);
+int ServeCommand(std::shared_ptr<const Config> config,
+                 const std::map<std::string, std::string>& flags);
 
 }  // namespace kiln

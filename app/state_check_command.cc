@@ -4,9 +4,9 @@
 
 #include <filesystem>
 #include <map>
-#include <utility>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <utility>
 
 #include "common/json_text.h"
 #include "state/state_store.h"
@@ -84,8 +84,8 @@ int StateCheckCommand(const std::string& state_dir, bool list_builds, std::ostre
   }
 
   json doc;
-  const bool ok = sum.corruptions.empty() && sum.duplicate_terminal.empty() &&
-                  sum.duplicate_started.empty();
+  const bool ok =
+      sum.corruptions.empty() && sum.duplicate_terminal.empty() && sum.duplicate_started.empty();
   doc["ok"] = ok;
   doc["builds"] = sum.builds;
   doc["journal_records"] = sum.journal_records;
@@ -132,10 +132,10 @@ int StateCheckCommand(const std::string& state_dir, bool list_builds, std::ostre
   if (list_builds) doc["build_list"] = std::move(list);
   out << DumpJson(doc, 2) << "\n";
   if (!ok) {
-    err << "kiln state-check: the state in " << src.string() << " is damaged: "
-        << sum.corruptions.size() << " corrupt region(s), " << sum.duplicate_terminal.size()
-        << " duplicate terminal record(s), " << sum.duplicate_started.size()
-        << " duplicate build id(s)\n";
+    err << "kiln state-check: the state in " << src.string()
+        << " is damaged: " << sum.corruptions.size() << " corrupt region(s), "
+        << sum.duplicate_terminal.size() << " duplicate terminal record(s), "
+        << sum.duplicate_started.size() << " duplicate build id(s)\n";
   }
   return ok ? 0 : 1;
 }

@@ -1,7 +1,6 @@
 #include "builder/build_key.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "common/sha256.h"
@@ -27,8 +26,9 @@ std::string ComputeBuildKey(const std::string& domain, const std::string& source
     const auto& l = *dc.build.layered;
     nlohmann::json outs = nlohmann::json::array();
     for (const auto& o : l.outputs) outs.push_back({o.from, o.to});
-    j["layered"] = {{"base_image", l.base_image}, {"command", l.command}, {"env", l.env},
-                    {"caches", l.caches},         {"outputs", outs},      {"entrypoint", l.entrypoint}};
+    j["layered"] = {
+        {"base_image", l.base_image}, {"command", l.command}, {"env", l.env},
+        {"caches", l.caches},         {"outputs", outs},      {"entrypoint", l.entrypoint}};
   }
   // Issue 18: another layer encoding is another image ("auto" is fixed by registry_url below;
   // left out so that keys of existing configs do not change).

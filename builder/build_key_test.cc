@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "builder/oci_image.h"
 #include "builder/log_buffer.h"
+#include "builder/oci_image.h"
 #include "common/sha256.h"
 
 namespace kiln {

@@ -1,7 +1,5 @@
 #include "builder/buildah_builder.h"
 
-#include "builder/oci_image.h"
-
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -12,19 +10,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "builder/base_store.h"
 #include "builder/containerfile_images.h"
+#include "builder/oci_image.h"
 #include "builder/oci_layout_pusher.h"
-#include "registry/registry_client.h"
 #include "common/file_util.h"
 #include "common/safe_remove.h"
 #include "config/base_image_policy.h"
 #include "config/host_checks.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -73,8 +71,7 @@ bool IsHexDigest(const std::string& s) {
 }
 
 // Splits "host/repo[:tag][@sha256:x]" into host, repository and reference (tag or digest).
-bool SplitImage(const std::string& image, std::string* host, std::string* repo,
-                std::string* ref) {
+bool SplitImage(const std::string& image, std::string* host, std::string* repo, std::string* ref) {
   size_t slash = image.find('/');
   if (slash == std::string::npos) return false;
   *host = image.substr(0, slash);
@@ -213,8 +210,8 @@ void BuildahBuilder::ScanContainerfile(const std::string& text, std::vector<std:
   }
 }
 
-std::vector<std::string> BuildahBuilder::BaseImages(const std::string& text,
-                                                    const std::map<std::string, std::string>& args) {
+std::vector<std::string> BuildahBuilder::BaseImages(
+    const std::string& text, const std::map<std::string, std::string>& args) {
   std::vector<std::string> images;
   for (const ContainerfileImage& i : ContainerfileImages(text, args)) images.push_back(i.image);
   return images;
@@ -263,7 +260,8 @@ Status BuildahBuilder::PrepareDirs(const BuildJob& job, const BuildUser& user) {
   // The build user's: its store, HOME, runtime dir, export and import layouts; the source is
   // bind-mounted on src (read-only) inside the namespace.
   const std::string b = job.storage_dir + "/rootless";
-  for (const char* sub : {"", "/root", "/run", "/run-bases", "/home", "/xdg", "/oci", "/bases", "/src"}) {
+  for (const char* sub :
+       {"", "/root", "/run", "/run-bases", "/home", "/xdg", "/oci", "/bases", "/src"}) {
     Status st = OwnedDir(b + sub, user.uid, user.gid, 0700);
     if (!st.ok()) return st;
   }
@@ -326,9 +324,11 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
       if (st.code() == Status::Code::kPermissionDenied)
         return Status::PermissionDenied("registry " + host +
                                         " rejected kiln's credential (check the registry's "
-                                        "auth_file) while resolving base image " + image);
-      return Status::Unavailable("registry " + host + " is unreachable while resolving base image " +
-                                 image + ": " + st.message());
+                                        "auth_file) while resolving base image " +
+                                        image);
+      return Status::Unavailable("registry " + host +
+                                 " is unreachable while resolving base image " + image + ": " +
+                                 st.message());
     }
     const bool digest_ref = ref.rfind("sha256:", 0) == 0;
     source[image] = "docker://" + host + "/" + repo + (digest_ref ? "@" : ":") + ref;
@@ -380,11 +380,13 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
     ProcessSpec spec;
     spec.argv = {"skopeo", "copy", "--quiet", "--retry-times", "2"};
     if (job.registry.url.rfind("http://", 0) == 0) spec.argv.push_back("--src-tls-verify=false");
-    if (job.registry.auth_file) spec.argv.insert(spec.argv.end(), {"--src-authfile", *job.registry.auth_file});
+    if (job.registry.auth_file)
+      spec.argv.insert(spec.argv.end(), {"--src-authfile", *job.registry.auth_file});
     if (job.registry.ca_file) {
       std::string cert_dir = job.storage_dir + "/certs.d";
       fs::create_directories(cert_dir, ec);
-      fs::copy_file(*job.registry.ca_file, cert_dir + "/ca.crt", fs::copy_options::overwrite_existing, ec);
+      fs::copy_file(*job.registry.ca_file, cert_dir + "/ca.crt",
+                    fs::copy_options::overwrite_existing, ec);
       spec.argv.insert(spec.argv.end(), {"--src-cert-dir", cert_dir});
     }
     spec.argv.insert(spec.argv.end(), {source[image], "oci:" + dir + ":" + kOciRef});
@@ -396,14 +398,17 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
     ProcessResult r = runner_->Run(spec, nullptr, cancel);
     if (r.cancelled || !r.start_status.ok() || r.exit_code != 0) clear_layouts();
     if (r.cancelled) return Status::Cancelled("build cancelled");
-    if (!r.start_status.ok()) return Status::Unavailable("cannot run skopeo: " + r.start_status.message());
+    if (!r.start_status.ok())
+      return Status::Unavailable("cannot run skopeo: " + r.start_status.message());
     if (r.timed_out)  // issue 19
       return Status::Unavailable("registry " + host + " did not deliver base image " + image +
                                  " within the build's timeout");
     if (r.exit_code != 0) {
       const std::string& o = r.output;
-      if (o.find("unauthorized") != std::string::npos || o.find("authentication required") != std::string::npos)
-        return Status::PermissionDenied("registry " + host + " rejected kiln's credential while fetching " + image);
+      if (o.find("unauthorized") != std::string::npos ||
+          o.find("authentication required") != std::string::npos)
+        return Status::PermissionDenied("registry " + host +
+                                        " rejected kiln's credential while fetching " + image);
       return Status::Unavailable("could not fetch base image " + image + " from registry " + host +
                                  ": " + LastLines(o, 1));
     }
@@ -420,7 +425,8 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
     ProcessResult r = runner_->Run(spec, out, cancel);
     clear_layouts();
     if (r.cancelled) return Status::Cancelled("build cancelled");
-    if (!r.start_status.ok()) return Status::Unavailable("cannot run buildah: " + r.start_status.message());
+    if (!r.start_status.ok())
+      return Status::Unavailable("cannot run buildah: " + r.start_status.message());
     if (r.exit_code != 0)
       return Status::Unavailable("builder could not load a base image: " + LastLines(r.output, 1));
     for (const BaseWant& w : missing) marker[w.image] = w.digest;
@@ -485,8 +491,9 @@ ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& us
 
 void BuildahBuilder::RemoveWorkingContainers(const BuildJob& job, const BuildUser& user) {
   const std::string m = kSandboxRoot;
-  std::string inner = ShellQuote(buildah_) + " --root " + ShellQuote(m + "/c/root") + " --runroot " +
-                      ShellQuote(m + "/c/run") + " --storage-driver overlay --storage-opt " +
+  std::string inner = ShellQuote(buildah_) + " --root " + ShellQuote(m + "/c/root") +
+                      " --runroot " + ShellQuote(m + "/c/run") +
+                      " --storage-driver overlay --storage-opt " +
                       ShellQuote(std::string("overlay.imagestore=") + m + "/bases") + " rm --all";
   ProcessSpec spec = SandboxSpec(job, user, inner);
   spec.timeout = std::chrono::seconds(30);
@@ -498,7 +505,8 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   BuildResult res;
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 t0)
         .count();
   };
   const auto& cf = job.build.containerfile;
@@ -550,9 +558,12 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   std::string host = RegistryHost(job.registry.url);
   std::string src = m + "/c/src";
   // --force-rm: a failed step must not leave its working container in the candidate's storage.
-  std::vector<std::string> a = {"build", "--isolation", "chroot", "--layers", "--force-rm",
-                                "--pull=never", "-f", src + "/" + cf.file, "--iidfile", iid_in,
-                                "--build-arg", "KILN_REGISTRY=" + host,
+  std::vector<std::string> a = {"build",        "--isolation",
+                                "chroot",       "--layers",
+                                "--force-rm",   "--pull=never",
+                                "-f",           src + "/" + cf.file,
+                                "--iidfile",    iid_in,
+                                "--build-arg",  "KILN_REGISTRY=" + host,
                                 "--annotation", "io.kiln.build-key=" + job.key,
                                 "--annotation", "io.kiln.candidate=" + job.candidate};
   // Manifest annotations, not config labels (issue 18): buildah 1.28 turns every --label into
@@ -574,8 +585,8 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   // binary under load) into a copy.
   const char* level = StoreLayersUncompressed(job.build.compression, job.registry.url) ? "0" : "1";
   in << "echo 'kiln: exporting the image'\n"
-     << "b push --quiet --compression-level " << level << " \"$(cat " << q(iid_in) << ")\" " << q("oci:" + m + "/c/oci:" + kOciRef)
-     << " || exit " << kExitExport << "\n";
+     << "b push --quiet --compression-level " << level << " \"$(cat " << q(iid_in) << ")\" "
+     << q("oci:" + m + "/c/oci:" + kOciRef) << " || exit " << kExitExport << "\n";
 
   ProcessSpec spec = SandboxSpec(job, user, in.str());
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
@@ -610,18 +621,21 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   }
   if (r.exit_code != 0) {
     if (r.exit_code == kExitExport) {
-      res.status = Status::Unavailable("builder could not export the image: " + LastLines(r.output, 1));
+      res.status =
+          Status::Unavailable("builder could not export the image: " + LastLines(r.output, 1));
       return res;
     }
     std::vector<std::string> workdirs;
     ScanContainerfile(text, &workdirs, nullptr);
     DiagnosticsOptions dopts;
     dopts.source_roots = workdirs;
-    for (const char* root : {"/src/", "/workspace/", "/go/src/", "/app/"}) dopts.source_roots.push_back(root);
+    for (const char* root : {"/src/", "/workspace/", "/go/src/", "/app/"})
+      dopts.source_roots.push_back(root);
     // Issue 16: repo-relative paths (the source's host path, go.mod's module) and the step.
     dopts.repo_root = job.source_dir;
     std::string go_mod;
-    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok()) dopts.go_module = GoModulePath(go_mod);
+    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok())
+      dopts.go_module = GoModulePath(go_mod);
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     const std::string& o = r.output;
     bool infra = o.find("error creating build container") != std::string::npos &&
@@ -629,11 +643,13 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
     res.compile_failed = !infra;
     const std::optional<FailedStep> step = FindFailedStep(o);
     // A failure outside a RUN step (a parse error, COPY of a missing path) is the Containerfile's.
-    if (!infra && (!step || !IsRunInstruction(step->instruction))) res.failure_kind = "containerfile";
-    res.status = infra ? Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1))
-                 : step ? Status::FailedPrecondition(DescribeFailedStep(*step))
-                        : Status::FailedPrecondition("build failed (exit " +
-                                                     std::to_string(r.exit_code) + ")");
+    if (!infra && (!step || !IsRunInstruction(step->instruction)))
+      res.failure_kind = "containerfile";
+    res.status =
+        infra ? Status::Unavailable("builder could not prepare the build: " + LastLines(o, 1))
+        : step
+            ? Status::FailedPrecondition(DescribeFailedStep(*step))
+            : Status::FailedPrecondition("build failed (exit " + std::to_string(r.exit_code) + ")");
     return res;
   }
   std::string iid;
@@ -661,9 +677,9 @@ PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, c
   req.repository = job.repository;
   req.tag = job.tag;
   OciPushResult r = PushOciLayout(Client(job.registry), req, out, cancel);
-  res.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::steady_clock::now() - t0)
-                       .count();
+  res.elapsed_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   if (!r.status.ok()) {
     switch (r.status.code()) {
       case Status::Code::kPermissionDenied:
@@ -672,7 +688,8 @@ PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, c
                                               "auth_file)");
         break;
       case Status::Code::kUnavailable:
-        res.status = Status::Unavailable("registry " + host + " is unreachable: " + r.status.message());
+        res.status =
+            Status::Unavailable("registry " + host + " is unreachable: " + r.status.message());
         break;
       case Status::Code::kCancelled:
         res.status = Status::Cancelled("push cancelled");
@@ -696,7 +713,8 @@ Status BuildahBuilder::Check() {
   spec.timeout = std::chrono::seconds(10);
   ProcessResult r = runner_->Run(spec, nullptr, nullptr);
   if (!r.start_status.ok()) return Status::Unavailable("buildah: " + r.start_status.message());
-  if (r.exit_code != 0) return Status::Unavailable("buildah version exited " + std::to_string(r.exit_code));
+  if (r.exit_code != 0)
+    return Status::Unavailable("buildah version exited " + std::to_string(r.exit_code));
   return Status::Ok();
 }
 

@@ -53,7 +53,6 @@
 
 namespace kiln {
 
-
 class BuildahBuilder : public Builder {
  public:
   /// `runner` must outlive this object. `buildah` is the binary to run. `site` is the whole

@@ -43,12 +43,15 @@ std::string Script(const ProcessSpec& s) {
 class BuildahFakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(::geteuid(), 0u) << "BuildahBuilder prepares the build user's directories: run as root";
+    ASSERT_EQ(::geteuid(), 0u)
+        << "BuildahBuilder prepares the build user's directories: run as root";
     root_ = FreshTestRoot("kiln-buildah-fake");
     fs::create_directories(root_ / "home");
-    std::ofstream(root_ / "src" / "Containerfile") << "FROM scratch\nWORKDIR /src\nCOPY . /src\nRUN go build ./...\n";
+    std::ofstream(root_ / "src" / "Containerfile")
+        << "FROM scratch\nWORKDIR /src\nCOPY . /src\nRUN go build ./...\n";
     job_ = FakeBuildJob(root_, "http://127.0.0.1:5999", kSecret);
-    job_.storage_dir = (root_ / "state" / "domains" / "d" / "candidates" / "c1" / "storage").string();
+    job_.storage_dir =
+        (root_ / "state" / "domains" / "d" / "candidates" / "c1" / "storage").string();
     job_.cache_dir = (root_ / "state" / "domains" / "d" / "cache").string();
     job_.home_dir = (root_ / "home").string();
     job_.build.timeout_s = 77;
@@ -63,14 +66,17 @@ class BuildahFakeTest : public ::testing::Test {
     FakeRun run;
     run.chunks = {"STEP 1/3: FROM scratch\n", "kiln: exporting the image\n"};
     const std::string iid = job_.storage_dir + "/rootless/iid";
-    run.effect = [iid](const ProcessSpec&) { std::ofstream(iid) << "sha256:" << std::string(64, 'c') << "\n"; };
+    run.effect = [iid](const ProcessSpec&) {
+      std::ofstream(iid) << "sha256:" << std::string(64, 'c') << "\n";
+    };
     return run;
   }
 
   BuildResult Build(const CancelToken* cancel = nullptr) {
     BuildahBuilder b(&runner_, "/usr/bin/buildah");
     output_.clear();
-    return b.Build(job_, [this](std::string_view c) { output_ += std::string(c); }, cancel);
+    return b.Build(
+        job_, [this](std::string_view c) { output_ += std::string(c); }, cancel);
   }
 
   fs::path root_;
@@ -86,7 +92,7 @@ TEST_F(BuildahFakeTest, SuccessRunsOneSandboxedBuildAndReadsTheImageId) {
   EXPECT_EQ(r.image_id, kImageId);
   EXPECT_FALSE(r.compile_failed);
   EXPECT_TRUE(r.timings.count("build_ms"));
-  EXPECT_TRUE(r.timings.count("export_ms"));  // the export marker line was seen
+  EXPECT_TRUE(r.timings.count("export_ms"));   // the export marker line was seen
   EXPECT_TRUE(Contains(output_, "STEP 1/3"));  // streamed through
   ASSERT_EQ(runner_.runs(), 1u);               // FROM scratch: nothing to fetch or load
   const ProcessSpec s = runner_.specs()[0];
@@ -94,7 +100,8 @@ TEST_F(BuildahFakeTest, SuccessRunsOneSandboxedBuildAndReadsTheImageId) {
   // unshare: own network (loopback only), PID and mount namespaces; the build dies with it.
   ASSERT_GE(s.argv.size(), 3u);
   EXPECT_EQ(s.argv[0], "unshare");
-  for (const char* a : {"--net", "--pid", "--fork", "--kill-child", "--mount-proc"}) EXPECT_TRUE(HasArg(s, a)) << a;
+  for (const char* a : {"--net", "--pid", "--fork", "--kill-child", "--mount-proc"})
+    EXPECT_TRUE(HasArg(s, a)) << a;
   EXPECT_EQ(s.argv[s.argv.size() - 3], "/bin/sh");
   EXPECT_EQ(s.cwd, "/");
   EXPECT_EQ(s.timeout, std::chrono::seconds(77));
@@ -109,7 +116,8 @@ TEST_F(BuildahFakeTest, SuccessRunsOneSandboxedBuildAndReadsTheImageId) {
   // Mounts: the candidate's directory, the domain's cache (TMPDIR: RUN --mount=type=cache), the
   // source read-only; kiln's state, HOME and the registry credential hidden.
   EXPECT_TRUE(Contains(sh, "mount --bind '" + job_.storage_dir + "/rootless' '/run/kiln-build/c'"));
-  EXPECT_TRUE(Contains(sh, "mount --bind '" + job_.cache_dir + "/rootless' '/run/kiln-build/cache'"));
+  EXPECT_TRUE(
+      Contains(sh, "mount --bind '" + job_.cache_dir + "/rootless' '/run/kiln-build/cache'"));
   EXPECT_TRUE(Contains(sh, "mount --bind -o ro '" + job_.source_dir + "' '/run/kiln-build/c/src'"));
   EXPECT_TRUE(Contains(sh, "TMPDIR='/run/kiln-build/cache'"));
   EXPECT_TRUE(Contains(sh, "mount --bind /dev/null '" + *job_.registry.auth_file + "'"));
@@ -124,9 +132,11 @@ TEST_F(BuildahFakeTest, SuccessRunsOneSandboxedBuildAndReadsTheImageId) {
   EXPECT_TRUE(Contains(sh, "BUILDAH_ISOLATION=chroot"));
   // buildah build: chroot isolation, no pull (kiln provides base images), the build key and
   // commit as annotations, the registry as a build arg.
-  EXPECT_TRUE(Contains(sh, "'build' '--isolation' 'chroot' '--layers' '--force-rm' '--pull=never'"));
+  EXPECT_TRUE(
+      Contains(sh, "'build' '--isolation' 'chroot' '--layers' '--force-rm' '--pull=never'"));
   EXPECT_TRUE(Contains(sh, "'--annotation' 'io.kiln.build-key=" + job_.key + "'"));
-  EXPECT_TRUE(Contains(sh, "'--annotation' 'org.opencontainers.image.revision=" + job_.commit + "'"));
+  EXPECT_TRUE(
+      Contains(sh, "'--annotation' 'org.opencontainers.image.revision=" + job_.commit + "'"));
   EXPECT_TRUE(Contains(sh, "'--build-arg' 'KILN_REGISTRY=127.0.0.1:5999'"));
   EXPECT_TRUE(Contains(sh, "'-t' '127.0.0.1:5999/d/app:c1'"));
   EXPECT_TRUE(Contains(sh, "'overlay.imagestore=/run/kiln-build/bases'"));
@@ -177,8 +187,7 @@ TEST_F(BuildahFakeTest, TargetAndBuildArgsReachBuildah) {
 TEST_F(BuildahFakeTest, FailingRunStepIsACompileErrorWithDiagnostics) {
   FakeRun run;
   run.exit_code = 1;
-  run.chunks = {"STEP 3/4: RUN go build ./...\n",
-                "/src/main.go:5:2: undefined: fmt.Printn\n",
+  run.chunks = {"STEP 3/4: RUN go build ./...\n", "/src/main.go:5:2: undefined: fmt.Printn\n",
                 "error building at STEP \"RUN go build ./...\": exit status 1\n"};
   runner_.Script(run);
   BuildResult r = Build();
@@ -198,8 +207,9 @@ TEST_F(BuildahFakeTest, FailingRunStepIsACompileErrorWithDiagnostics) {
 TEST_F(BuildahFakeTest, FailureOutsideARunStepIsTheContainerfiles) {
   FakeRun run;
   run.exit_code = 125;
-  run.chunks = {"STEP 3/4: COPY missing.txt /x\n",
-                "error building at STEP \"COPY missing.txt /x\": checking on sources: no such file\n"};
+  run.chunks = {
+      "STEP 3/4: COPY missing.txt /x\n",
+      "error building at STEP \"COPY missing.txt /x\": checking on sources: no such file\n"};
   runner_.Script(run);
   BuildResult r = Build();
   EXPECT_EQ(r.status.code(), Status::Code::kFailedPrecondition);
@@ -292,7 +302,8 @@ TEST_F(BuildahFakeTest, RootBuildUserIsRefusedBeforeAnythingRuns) {
 }
 
 TEST_F(BuildahFakeTest, BaseImageOutsideTheRegistryIsTheAgentsFaultAndFetchesNothing) {
-  std::ofstream(root_ / "src" / "Containerfile") << "FROM docker.io/library/golang:1.22\nRUN true\n";
+  std::ofstream(root_ / "src" / "Containerfile")
+      << "FROM docker.io/library/golang:1.22\nRUN true\n";
   BuildResult r = Build();
   EXPECT_FALSE(r.status.ok());
   EXPECT_TRUE(r.compile_failed);

@@ -31,7 +31,9 @@ TEST(BuildahBuilderBaseImages, FindsFromCopyFromAndMountFromWithArgs) {
       "FROM build AS test\n"
       "FROM scratch\n"
       "COPY --from=build /out /out\n"
-      "COPY --from=reg:5000/extra/y@sha256:" + std::string(64, 'a') + " /y /y\n"
+      "COPY --from=reg:5000/extra/y@sha256:" +
+      std::string(64, 'a') +
+      " /y /y\n"
       "COPY --from=0 /z /z\n"
       "from $KILN_REGISTRY/kiln/busybox:1\n";
   auto images = BuildahBuilder::BaseImages(cf, {{"KILN_REGISTRY", "reg:5000"}});
@@ -46,7 +48,8 @@ TEST(BuildahBuilderBaseImages, FindsFromCopyFromAndMountFromWithArgs) {
   EXPECT_EQ(images[0], "r:1/a:2");
 }
 
-std::vector<std::string> Images(const std::string& cf, std::map<std::string, std::string> args = {}) {
+std::vector<std::string> Images(const std::string& cf,
+                                std::map<std::string, std::string> args = {}) {
   std::vector<std::string> out;
   for (const auto& i : ContainerfileImages(cf, args)) out.push_back(i.image);
   return out;
@@ -109,8 +112,9 @@ TEST(ContainerfileImages, CrossDomainImageBehindAnArgIsRefused) {
   // The policy sees the image after substitution, whichever instruction names it.
   BaseImagePolicy p("ranker", "r:1", "loop/ranker", std::nullopt, {{"epp", "loop/epp"}});
   for (const std::string& cf : std::vector<std::string>{
-           "ARG X=r:1/loop/epp:main\nFROM $X\n", "FROM r:1/ok\nCOPY --from=r:1/loop/epp /app /app\n",
-        "FROM r:1/ok\nRUN --mount=type=bind,from=r:1/loop/epp:main,target=/e base64 /e/app\n"}) {
+           "ARG X=r:1/loop/epp:main\nFROM $X\n",
+           "FROM r:1/ok\nCOPY --from=r:1/loop/epp /app /app\n",
+           "FROM r:1/ok\nRUN --mount=type=bind,from=r:1/loop/epp:main,target=/e base64 /e/app\n"}) {
     bool refused = false;
     for (const auto& img : Images(cf, {{"KILN_REGISTRY", "r:1"}}))
       if (!p.Check(img).ok()) refused = true;
@@ -127,9 +131,10 @@ TEST(BuildahBuilderSecretPaths, EveryDomainsSecretsAreHidden) {
                         "/kube/notes.txt", "/tls/ca.crt", "/tls/registry-key.pem"})
     std::ofstream(dir + f) << "x";
   auto site = std::make_shared<Config>();
-  site->registries["a"] = RegistryConfig{"a", "http://127.0.0.1:5000", dir + "/auth-a.json", std::nullopt};
-  site->registries["b"] = RegistryConfig{"b", "https://r.example.com", dir + "/auth-b.json",
-                                         dir + "/tls/ca.crt"};
+  site->registries["a"] =
+      RegistryConfig{"a", "http://127.0.0.1:5000", dir + "/auth-a.json", std::nullopt};
+  site->registries["b"] =
+      RegistryConfig{"b", "https://r.example.com", dir + "/auth-b.json", dir + "/tls/ca.crt"};
   DomainConfig epp;
   epp.deploy.kubernetes.emplace();
   epp.deploy.kubernetes->kubeconfig = dir + "/kube/config";
@@ -141,9 +146,9 @@ TEST(BuildahBuilderSecretPaths, EveryDomainsSecretsAreHidden) {
   std::vector<std::string> files, dirs;
   BuildahBuilder::SecretPaths(site.get(), job, &files, &dirs);
   std::set<std::string> got(files.begin(), files.end());
-  EXPECT_EQ(got, (std::set<std::string>{dir + "/auth-a.json", dir + "/auth-b.json",
-                                        dir + "/kube/config", dir + "/kube/client.key",
-                                        dir + "/tls/registry-key.pem"}));
+  EXPECT_EQ(got,
+            (std::set<std::string>{dir + "/auth-a.json", dir + "/auth-b.json", dir + "/kube/config",
+                                   dir + "/kube/client.key", dir + "/tls/registry-key.pem"}));
   EXPECT_NE(std::find(dirs.begin(), dirs.end(), "/run/secrets"), dirs.end());
   EXPECT_NE(std::find(dirs.begin(), dirs.end(), "/var/run/secrets"), dirs.end());
   // Without the whole config: at least the job's own credential.

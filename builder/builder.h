@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cancel_token.h"
 #include "builder/diagnostics.h"
 #include "common/status.h"
 #include "config/config.h"
+#include "core/cancel_token.h"
 
 namespace kiln {
 
@@ -24,26 +24,26 @@ struct BuildJob {
   std::string build_id;
   std::string domain;
   std::string candidate;
-  std::string source_dir;    // the tree to build (absolute)
-  std::string storage_dir;   // this candidate's private builder storage (absolute)
-  std::string cache_dir;     // this domain's compiler-cache directory (absolute)
-  std::string home_dir;      // HOME for the builder process (kiln-owned, holds no credentials)
-  BuildConfig build;         // from the domain config
-  RegistryConfig registry;   // where the image goes (and where base images come from)
-  std::string repository;    // e.g. "loop/app"
-  std::string tag;           // e.g. the candidate name
-  std::string key;           // build key, recorded as an image label
-  std::string commit;        // recorded as an image label ("" when built from a directory)
+  std::string source_dir;   // the tree to build (absolute)
+  std::string storage_dir;  // this candidate's private builder storage (absolute)
+  std::string cache_dir;    // this domain's compiler-cache directory (absolute)
+  std::string home_dir;     // HOME for the builder process (kiln-owned, holds no credentials)
+  BuildConfig build;        // from the domain config
+  RegistryConfig registry;  // where the image goes (and where base images come from)
+  std::string repository;   // e.g. "loop/app"
+  std::string tag;          // e.g. the candidate name
+  std::string key;          // build key, recorded as an image label
+  std::string commit;       // recorded as an image label ("" when built from a directory)
 };
 
 struct BuildResult {
-  Status status;               // ok when an image was built
-  bool compile_failed = false; // the build ran and a build step failed (diagnostics apply)
+  Status status;                // ok when an image was built
+  bool compile_failed = false;  // the build ran and a build step failed (diagnostics apply)
   /// The builder's own classification of a failure when it knows better than the status code
   /// (actors/build_failure.h kinds: "containerfile", "base_image", "output_missing", "test",
   /// "infrastructure", ...); "" lets the candidate decide.
   std::string failure_kind;
-  std::string image_id;        // local image id when ok
+  std::string image_id;  // local image id when ok
   std::vector<Diagnostic> diagnostics;
   int64_t elapsed_ms = 0;
   /// Issue 18: where elapsed_ms went, by part ("resolve_ms", "base_prep_ms", "build_ms",
@@ -67,7 +67,8 @@ class Builder {
   /// arrives. Returns a non-ok status for failures; compile_failed tells build-step failures
   /// (the agent's fault) from infrastructure failures. Cancelled/DeadlineExceeded on cancel or
   /// timeout, after every process of the build is gone and no working container is left.
-  virtual BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) = 0;
+  virtual BuildResult Build(const BuildJob& job, const OutputFn& out,
+                            const CancelToken* cancel) = 0;
   /// Pushes the built image to job.registry as <repository>:<tag> with kiln's credential.
   /// Returns Unavailable when the registry cannot be reached, PermissionDenied when it rejects
   /// the credential. The credential never appears in argv, output or the status message.

@@ -1062,5 +1062,4 @@ std::string GoModulePath(std::string_view go_mod) {
 }
 // --- end issue 16 ---
 
-
 }  // namespace kiln

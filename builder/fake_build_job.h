@@ -4,13 +4,12 @@
 // The build user is `nobody`. Header-only, tests only; not thread-safe (one fixture per test).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "builder/builder.h"
 
@@ -34,7 +33,8 @@ inline std::filesystem::path FreshTestRoot(const std::string& prefix) {
 inline BuildJob FakeBuildJob(const std::filesystem::path& root, const std::string& registry_url,
                              const std::string& secret) {
   const std::string host = registry_url.substr(registry_url.find("://") + 3);
-  std::ofstream(root / "auth.json") << "{\"auths\":{\"" << host << "\":{\"auth\":\"" << secret << "\"}}}";
+  std::ofstream(root / "auth.json")
+      << "{\"auths\":{\"" << host << "\":{\"auth\":\"" << secret << "\"}}}";
   BuildJob job;
   job.build_id = "b-1";
   job.domain = "d";

@@ -82,7 +82,8 @@ class FakeProcessRunner : public ProcessRunner {
     }
     if (run.effect) run.effect(spec);
     if (run.block_until_cancelled) {
-      while (cancel && !cancel->cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      while (cancel && !cancel->cancelled())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       run.cancelled = true;
       run.exit_code = 137;
     }

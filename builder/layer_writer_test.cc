@@ -360,11 +360,13 @@ TEST(LayerWriterTest, ParallelCompressionIsOneDeterministicGzipMember) {
   EXPECT_EQ("sha256:" + gun.substr(0, 64), tar.diff_id);
   std::string py = Shell(
       "python3 -c \"import zlib,sys; b=open(sys.argv[1],'rb').read(); d=zlib.decompressobj(31); "
-      "t=d.decompress(b); print(d.eof, len(d.unused_data), len(t), int.from_bytes(b[-4:],'little'))\" '" +
+      "t=d.decompress(b); print(d.eof, len(d.unused_data), len(t), "
+      "int.from_bytes(b[-4:],'little'))\" '" +
           out.path() + "/l.tgz'",
       &rc);
   ASSERT_EQ(rc, 0);
-  EXPECT_EQ(py, "True 0 " + std::to_string(tar.data.size()) + " " + std::to_string(tar.data.size()) + "\n");
+  EXPECT_EQ(py, "True 0 " + std::to_string(tar.data.size()) + " " +
+                    std::to_string(tar.data.size()) + "\n");
   std::string listing = Shell("tar tzvf '" + out.path() + "/l.tgz'", &rc);
   ASSERT_EQ(rc, 0);
   EXPECT_NE(listing.find("app/app"), std::string::npos) << listing;
@@ -397,9 +399,9 @@ TEST(LayerWriterTest, CompressOptionsAreChecked) {
   ASSERT_TRUE(CompressLayer(tar, "sha256:" + Sha256Hex(tar), o, &blob).ok());
   TempDir out;
   WriteFile(out.path() + "/l.gz", blob.data);
-  EXPECT_EQ(Shell("gunzip -c '" + out.path() + "/l.gz' | wc -c"), std::to_string(tar.size()) + "\n");
+  EXPECT_EQ(Shell("gunzip -c '" + out.path() + "/l.gz' | wc -c"),
+            std::to_string(tar.size()) + "\n");
 }
-
 
 // ---- Issue 15: streaming ----
 

@@ -1,25 +1,24 @@
 #include "builder/layered_builder.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
-
-#include <sys/stat.h>
-#include <unistd.h>
 #include <future>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "builder/layer_writer.h"
 #include "builder/oci_image.h"
 #include "builder/oci_layout_pusher.h"
 #include "builder/outputs_cache.h"
-#include "registry/registry_client.h"
 #include "builder/sandbox_command.h"
 #include "common/sha256.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -138,27 +137,36 @@ Status LayeredBuilder::ResolveBase(const RegistryConfig& reg, const std::string&
                                    " is not the domain's registry " + c->host());
   std::string body, type, digest;
   st = c->GetManifest(base->repo, base->digest, &body, &type, &digest);
-  if (!st.ok()) return Status(st.code() == Status::Code::kNotFound ? Status::NotFound("base image " + base_ref + " cannot be resolved: " + st.message()) : st);
+  if (!st.ok())
+    return Status(
+        st.code() == Status::Code::kNotFound
+            ? Status::NotFound("base image " + base_ref + " cannot be resolved: " + st.message())
+            : st);
   auto m = json::parse(body, nullptr, false);
-  if (m.is_discarded() || !m.is_object()) return Status::Internal("base image manifest is not JSON");
+  if (m.is_discarded() || !m.is_object())
+    return Status::Internal("base image manifest is not JSON");
   if (m.contains("manifests")) {  // an index: pick linux/amd64
     std::string pick;
     for (const auto& e : m["manifests"]) {
       auto p = e.value("platform", json::object());
-      if (p.value("os", "") == "linux" && p.value("architecture", "") == "amd64") pick = e.value("digest", "");
+      if (p.value("os", "") == "linux" && p.value("architecture", "") == "amd64")
+        pick = e.value("digest", "");
     }
     if (pick.empty()) return Status::NotFound("base image index has no linux/amd64 manifest");
     st = c->GetManifest(base->repo, pick, &body, &type, &digest);
     if (!st.ok()) return st;
     m = json::parse(body, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) return Status::Internal("base image manifest is not JSON");
+    if (m.is_discarded() || !m.is_object())
+      return Status::Internal("base image manifest is not JSON");
   }
-  if (!m.contains("config") || !m.contains("layers")) return Status::Internal("base image manifest has no config/layers");
+  if (!m.contains("config") || !m.contains("layers"))
+    return Status::Internal("base image manifest has no config/layers");
   std::string cfg;
   st = c->GetBlob(base->repo, m["config"].value("digest", ""), &cfg);
   if (!st.ok()) return st;
   base->config = json::parse(cfg, nullptr, false);
-  if (base->config.is_discarded() || !base->config.is_object()) return Status::Internal("base image config is not JSON");
+  if (base->config.is_discarded() || !base->config.is_object())
+    return Status::Internal("base image config is not JSON");
   base->manifest = std::move(m);
   std::lock_guard<std::mutex> l(mu_);
   bases_[base_ref] = base;
@@ -166,7 +174,8 @@ Status LayeredBuilder::ResolveBase(const RegistryConfig& reg, const std::string&
   return Status::Ok();
 }
 
-BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) {
+BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out,
+                                  const CancelToken* cancel) {
   BuildResult res;
   const auto t0 = Clock::now();
   if (!job.build.layered) {
@@ -186,7 +195,8 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     std::lock_guard<std::mutex> l(mu_);
     background_.erase(std::remove_if(background_.begin(), background_.end(),
                                      [](const std::future<void>& f) {
-                                       return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+                                       return f.wait_for(std::chrono::seconds(0)) ==
+                                              std::future_status::ready;
                                      }),
                       background_.end());
     background_.push_back(std::move(base_future));
@@ -195,7 +205,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   SandboxSpec sb;
   sb.workspace = job.source_dir;
   sb.command = lb.command;
-  sb.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin:/usr/lib/go/bin"}, {"HOME", "/tmp"}, {"LANG", "C.UTF-8"}};
+  sb.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin:/usr/lib/go/bin"},
+            {"HOME", "/tmp"},
+            {"LANG", "C.UTF-8"}};
   for (const auto& [k, v] : lb.env) sb.env[k] = v;
   std::error_code ec;
   for (const auto& [var, name] : lb.caches) {
@@ -240,7 +252,14 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   spec.argv = BwrapArgv(sb);
   spec.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"}};
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
-  if (out) out("kiln: layered build: " + [&] { std::string s; for (auto& a : lb.command) s += a + " "; return s; }() + "\n");
+  if (out)
+    out("kiln: layered build: " +
+        [&] {
+          std::string s;
+          for (auto& a : lb.command) s += a + " ";
+          return s;
+        }() +
+        "\n");
   ProcessResult r = runner_->Run(spec, out, cancel);
   const int64_t sandbox_ms = MsSince(t0);
   if (!r.start_status.ok()) {
@@ -251,7 +270,8 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   if (r.cancelled || r.timed_out) {
     park_base();
     res.status = r.cancelled ? Status::Cancelled("build cancelled")
-                             : Status::DeadlineExceeded("build timed out after " + std::to_string(job.build.timeout_s) + " s");
+                             : Status::DeadlineExceeded("build timed out after " +
+                                                        std::to_string(job.build.timeout_s) + " s");
     return res;
   }
   if (r.exit_code != 0) {
@@ -260,10 +280,12 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     dopts.source_roots = {"/workspace/"};
     dopts.repo_root = job.source_dir;  // issue 16: repo-relative paths, go test packages
     std::string go_mod;
-    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok()) dopts.go_module = GoModulePath(go_mod);
+    if (ReadFileBeneath(job.source_dir, "go.mod", 64 << 10, &go_mod).ok())
+      dopts.go_module = GoModulePath(go_mod);
     res.diagnostics = ParseDiagnostics(r.output, dopts);
     res.compile_failed = true;
-    res.status = Status::FailedPrecondition("build command failed (exit " + std::to_string(r.exit_code) + ")");
+    res.status = Status::FailedPrecondition("build command failed (exit " +
+                                            std::to_string(r.exit_code) + ")");
     res.elapsed_ms = MsSince(t0);
     return res;
   }
@@ -281,8 +303,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     struct stat ost;
     if (::lstat((job.source_dir + "/" + o.from).c_str(), &ost) != 0 && errno == ENOENT) {
       park_base();
-      res.status = Status::FailedPrecondition("outputs: the build command did not write the declared output '" +
-                                              o.from + "' (build.layered.outputs)");
+      res.status = Status::FailedPrecondition(
+          "outputs: the build command did not write the declared output '" + o.from +
+          "' (build.layered.outputs)");
       res.compile_failed = true;
       res.failure_kind = "output_missing";
       res.elapsed_ms = MsSince(t0);
@@ -294,7 +317,8 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   if (raw) {
     // Issue 18: the uncompressed tar is the blob (its digest is the diff_id): one pass reads
     // every output once, hashes it and writes it to the layer file; nothing else to pack.
-    std::string dir = job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
+    std::string dir =
+        job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
     fs::create_directories(dir, ec);
     BlobProducer produce = [&](ByteSink* sink, std::string* digest, uint64_t* size) {
       CountingSink counted(sink);
@@ -337,7 +361,8 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
     if (cache) {
       st = cache->StoreStream(diff_id, produce, &prep->layer);
     } else {
-      std::string dir = job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
+      std::string dir =
+          job.storage_dir.empty() ? fs::temp_directory_path().string() : job.storage_dir;
       fs::create_directories(dir, ec);
       st = WriteTempBlob(dir, diff_id, produce, &prep->layer);
     }
@@ -372,9 +397,14 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out, cons
   res.image_id = prep->image.manifest_digest.substr(7);
   if (out) {
     out("kiln: layer " + prep->layer.digest + " (" + std::to_string(prep->layer.size) + " bytes" +
-        (raw ? ", uncompressed" : hit ? ", from the outputs cache" : "") + ")\n");
-    out("kiln: timings: sandbox " + std::to_string(sandbox_ms) + " ms, tar " + std::to_string(tar_ms) +
-        " ms" + (raw ? std::string() : std::string(hit ? ", cache lookup " : ", gzip ") + std::to_string(gzip_ms) + " ms") +
+        (raw   ? ", uncompressed"
+         : hit ? ", from the outputs cache"
+               : "") +
+        ")\n");
+    out("kiln: timings: sandbox " + std::to_string(sandbox_ms) + " ms, tar " +
+        std::to_string(tar_ms) + " ms" +
+        (raw ? std::string()
+             : std::string(hit ? ", cache lookup " : ", gzip ") + std::to_string(gzip_ms) + " ms") +
         "\n");
   }
   {
@@ -453,9 +483,10 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
   std::vector<std::future<Status>> blobs;
   for (const auto& d : prep->image.base_layers)
     blobs.push_back(std::async(std::launch::async, ensure_in_time, d.digest, nullptr));
-  blobs.push_back(std::async(std::launch::async, ensure_in_time, prep->layer.digest, &prep->layer.data));
   blobs.push_back(
-      std::async(std::launch::async, ensure_in_time, prep->image.config_desc.digest, &prep->image.config));
+      std::async(std::launch::async, ensure_in_time, prep->layer.digest, &prep->layer.data));
+  blobs.push_back(std::async(std::launch::async, ensure_in_time, prep->image.config_desc.digest,
+                             &prep->image.config));
   auto current = std::async(std::launch::async, [&] {
     RegistryDeadlineScope in_time(deadline);
     std::string body, type, digest;

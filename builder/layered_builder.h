@@ -77,10 +77,10 @@ class LayeredBuilder : public Builder {
   ProcessRunner* runner_;
   const LayeredBuilderOptions opts_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<OutputsCache>> caches_;      // by domain cache dir
-  std::vector<std::future<void>> background_;                        // base lookups of failed builds
+  std::map<std::string, std::unique_ptr<OutputsCache>> caches_;  // by domain cache dir
+  std::vector<std::future<void>> background_;                    // base lookups of failed builds
   RegistryClients clients_;
-  std::map<std::string, std::shared_ptr<const Base>> bases_;         // by base ref
+  std::map<std::string, std::shared_ptr<const Base>> bases_;  // by base ref
   // storage_dir -> (image id, prepared image): at most one unpushed image per candidate.
   std::map<std::string, std::pair<std::string, std::shared_ptr<const Prepared>>> prepared_;
 };

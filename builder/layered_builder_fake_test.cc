@@ -66,7 +66,8 @@ class LayeredFakeTest : public ::testing::Test {
     o.compress_threads = 1;
     LayeredBuilder b(&runner_, o);
     output_.clear();
-    return b.Build(job_, [this](std::string_view c) { output_ += std::string(c); }, cancel);
+    return b.Build(
+        job_, [this](std::string_view c) { output_ += std::string(c); }, cancel);
   }
 
   fs::path root_;
@@ -97,8 +98,12 @@ TEST_F(LayeredFakeTest, CommandRunsInBubblewrapAsTheBuildUserWithLimitsAndNoNetw
   ASSERT_GT(sp, prl);
   ASSERT_GT(bw, sp);
   EXPECT_GE(IndexOf(a, "--nproc=64:64"), 0);
-  EXPECT_GE(IndexOf(a, "--as=" + std::to_string(int64_t{256} << 20) + ":" + std::to_string(int64_t{256} << 20)), 0);
-  EXPECT_GE(IndexOf(a, "--fsize=" + std::to_string(int64_t{5} << 20) + ":" + std::to_string(int64_t{5} << 20)), 0);
+  EXPECT_GE(IndexOf(a, "--as=" + std::to_string(int64_t{256} << 20) + ":" +
+                           std::to_string(int64_t{256} << 20)),
+            0);
+  EXPECT_GE(IndexOf(a, "--fsize=" + std::to_string(int64_t{5} << 20) + ":" +
+                           std::to_string(int64_t{5} << 20)),
+            0);
   EXPECT_GE(IndexOf(a, "--reuid=" + std::to_string(pw->pw_uid)), 0);
   // bubblewrap: everything unshared, network included; cleared env; no capabilities.
   for (const char* f : {"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
@@ -110,7 +115,8 @@ TEST_F(LayeredFakeTest, CommandRunsInBubblewrapAsTheBuildUserWithLimitsAndNoNetw
   ASSERT_GT(ws, bw);
   EXPECT_EQ(a[ws - 2], "--bind");
   EXPECT_GE(IndexOf(a, "/cache/GOCACHE"), 0);
-  const long dash = static_cast<long>(a.rend() - std::find(a.rbegin(), a.rend(), std::string("--"))) - 1;
+  const long dash =
+      static_cast<long>(a.rend() - std::find(a.rbegin(), a.rend(), std::string("--"))) - 1;
   ASSERT_GT(dash, bw);
   EXPECT_EQ(std::vector<std::string>(a.begin() + dash + 1, a.end()), job_.build.layered->command);
   // The command's environment: the domain's env, the cache variable, kiln's defaults.

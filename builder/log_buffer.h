@@ -49,8 +49,8 @@ class LogBuffer {
  private:
   const size_t max_;
   mutable std::mutex mu_;
-  std::string data_;    // kept bytes
-  size_t start_ = 0;    // absolute offset of data_[0]
+  std::string data_;  // kept bytes
+  size_t start_ = 0;  // absolute offset of data_[0]
   bool closed_ = false;
 };
 

@@ -112,11 +112,11 @@ TEST(LogBufferUtf8, TailAndDroppedHeadNeverStartInsideACharacter) {
   EXPECT_TRUE(IsValidUtf8(c.text));
 }
 
-
 // Issue 19: logs of older builds shrink to their tail; offsets stay absolute.
 TEST(LogBuffer, ShrinkKeepsTheTailAndReleasesMemory) {
   LogBuffer log(1 << 20);
-  for (int i = 0; i < 1000; ++i) log.Append("line " + std::to_string(i) + " " + std::string(500, 'x') + "\n");
+  for (int i = 0; i < 1000; ++i)
+    log.Append("line " + std::to_string(i) + " " + std::string(500, 'x') + "\n");
   log.Close();
   const size_t total = log.size();
   ASSERT_GT(log.held_bytes(), size_t{400} << 10);

@@ -8,7 +8,9 @@ using json = nlohmann::json;
 namespace {
 constexpr char kEpoch[] = "1970-01-01T00:00:00Z";
 
-bool IsDigest(const std::string& d) { return d.size() == 71 && d.rfind("sha256:", 0) == 0 && IsSha256Hex(d.substr(7)); }
+bool IsDigest(const std::string& d) {
+  return d.size() == 71 && d.rfind("sha256:", 0) == 0 && IsSha256Hex(d.substr(7));
+}
 
 json Descriptor(const OciDescriptor& d) {
   return {{"mediaType", d.media_type}, {"digest", d.digest}, {"size", d.size}};
@@ -17,7 +19,8 @@ json Descriptor(const OciDescriptor& d) {
 
 std::string OciLayerMediaType(const std::string& t) {
   if (t == "application/vnd.docker.image.rootfs.diff.tar.gzip") return kOciLayerTarGzip;
-  if (t == "application/vnd.docker.image.rootfs.diff.tar") return "application/vnd.oci.image.layer.v1.tar";
+  if (t == "application/vnd.docker.image.rootfs.diff.tar")
+    return "application/vnd.oci.image.layer.v1.tar";
   return t;
 }
 
@@ -32,14 +35,15 @@ Status MakeOciImage(const json& base_manifest, const json& base_config, const Oc
 
   OciImage img;
   for (const auto& l : base_manifest["layers"]) {
-    if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string() || !l.contains("size") ||
-        !l["size"].is_number_integer() || l["size"].get<int64_t>() < 0)
+    if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string() ||
+        !l.contains("size") || !l["size"].is_number_integer() || l["size"].get<int64_t>() < 0)
       return Status::InvalidArgument("base manifest has a layer without digest or size");
     OciDescriptor d;
     d.media_type = OciLayerMediaType(l.value("mediaType", std::string(kOciLayerTarGzip)));
     d.digest = l["digest"].get<std::string>();
     d.size = l["size"].get<uint64_t>();
-    if (!IsDigest(d.digest)) return Status::InvalidArgument("base layer digest is not sha256: " + d.digest);
+    if (!IsDigest(d.digest))
+      return Status::InvalidArgument("base layer digest is not sha256: " + d.digest);
     img.base_layers.push_back(std::move(d));
   }
 
@@ -47,12 +51,14 @@ Status MakeOciImage(const json& base_manifest, const json& base_config, const Oc
   json rootfs = cfg.value("rootfs", json::object());
   json diff_ids = rootfs.is_object() ? rootfs.value("diff_ids", json::array()) : json::array();
   if (!diff_ids.is_array() || diff_ids.size() != img.base_layers.size())
-    return Status::InvalidArgument("base config rootfs.diff_ids (" + std::to_string(diff_ids.size()) +
+    return Status::InvalidArgument("base config rootfs.diff_ids (" +
+                                   std::to_string(diff_ids.size()) +
                                    ") do not match the base manifest's layers (" +
                                    std::to_string(img.base_layers.size()) + ")");
   diff_ids.push_back(spec.layer_diff_id);
   cfg["rootfs"] = {{"type", "layers"}, {"diff_ids", diff_ids}};
-  if (!cfg.contains("architecture") || !cfg["architecture"].is_string()) cfg["architecture"] = "amd64";
+  if (!cfg.contains("architecture") || !cfg["architecture"].is_string())
+    cfg["architecture"] = "amd64";
   if (!cfg.contains("os") || !cfg["os"].is_string()) cfg["os"] = "linux";
   cfg["created"] = kEpoch;
 
@@ -96,19 +102,23 @@ bool StoreLayersUncompressed(const std::string& compression, const std::string& 
   if (compression == "none") return true;
   if (compression != "auto") return false;
   // http(s)://host[:port]: the host, without brackets or port.
-  std::string rest = registry_url.substr(registry_url.find("://") == std::string::npos ? 0 : registry_url.find("://") + 3);
+  std::string rest = registry_url.substr(
+      registry_url.find("://") == std::string::npos ? 0 : registry_url.find("://") + 3);
   rest = rest.substr(0, rest.find('/'));
   std::string host;
   if (!rest.empty() && rest[0] == '[') {
-    host = rest.substr(1, rest.find(']') == std::string::npos ? std::string::npos : rest.find(']') - 1);
+    host = rest.substr(
+        1, rest.find(']') == std::string::npos ? std::string::npos : rest.find(']') - 1);
   } else {
     host = rest.substr(0, rest.find(':'));
   }
   for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   int dots = 0;
   for (char c : host) {
-    if (c == '.') ++dots;
-    else if (c < '0' || c > '9') dots = -100;
+    if (c == '.')
+      ++dots;
+    else if (c < '0' || c > '9')
+      dots = -100;
   }
   return host == "localhost" || host == "::1" || (dots == 3 && host.rfind("127.", 0) == 0);
 }

@@ -16,18 +16,27 @@ std::string D(char c) { return "sha256:" + std::string(64, c); }
 json BaseManifest() {  // a docker v2 manifest, as buildah pushes by default
   return {{"schemaVersion", 2},
           {"mediaType", "application/vnd.docker.distribution.manifest.v2+json"},
-          {"config", {{"mediaType", "application/vnd.docker.container.image.v1+json"}, {"digest", D('c')}, {"size", 900}}},
-          {"layers", {{{"mediaType", "application/vnd.docker.image.rootfs.diff.tar.gzip"}, {"digest", D('1')}, {"size", 1100000}}}}};
+          {"config",
+           {{"mediaType", "application/vnd.docker.container.image.v1+json"},
+            {"digest", D('c')},
+            {"size", 900}}},
+          {"layers",
+           {{{"mediaType", "application/vnd.docker.image.rootfs.diff.tar.gzip"},
+             {"digest", D('1')},
+             {"size", 1100000}}}}};
 }
 
 json BaseConfig() {
-  return {{"architecture", "amd64"},
-          {"os", "linux"},
-          {"created", "2024-01-01T00:00:00Z"},
-          {"config", {{"Env", {"PATH=/bin"}}, {"Cmd", {"sh"}}, {"Labels", {{"io.kiln.inputs", "abc"}}}}},
-          {"rootfs", {{"type", "layers"}, {"diff_ids", {D('a')}}}},
-          {"history", {{{"created", "2024-01-01T00:00:00Z"}, {"created_by", "COPY busybox"}},
-                       {{"created", "2024-01-01T00:00:00Z"}, {"created_by", "ENV PATH"}, {"empty_layer", true}}}}};
+  return {
+      {"architecture", "amd64"},
+      {"os", "linux"},
+      {"created", "2024-01-01T00:00:00Z"},
+      {"config",
+       {{"Env", {"PATH=/bin"}}, {"Cmd", {"sh"}}, {"Labels", {{"io.kiln.inputs", "abc"}}}}},
+      {"rootfs", {{"type", "layers"}, {"diff_ids", {D('a')}}}},
+      {"history",
+       {{{"created", "2024-01-01T00:00:00Z"}, {"created_by", "COPY busybox"}},
+        {{"created", "2024-01-01T00:00:00Z"}, {"created_by", "ENV PATH"}, {"empty_layer", true}}}}};
 }
 
 OciImageSpec Spec() {
@@ -40,7 +49,8 @@ OciImageSpec Spec() {
   return s;
 }
 
-void ExpectDescriptor(const json& d, const std::string& type, const std::string& digest, uint64_t size) {
+void ExpectDescriptor(const json& d, const std::string& type, const std::string& digest,
+                      uint64_t size) {
   ASSERT_TRUE(d.is_object()) << d;
   EXPECT_EQ(d.value("mediaType", ""), type);
   EXPECT_EQ(d.value("digest", ""), digest);
@@ -56,7 +66,8 @@ TEST(OciImageTest, ManifestHasTheRequiredFieldsAndDescriptors) {
   EXPECT_EQ(m["mediaType"], kOciImageManifestType);
   EXPECT_EQ(img.manifest_digest, "sha256:" + Sha256Hex(img.manifest));
   // config descriptor: the config bytes' digest and size.
-  ExpectDescriptor(m["config"], kOciImageConfigType, "sha256:" + Sha256Hex(img.config), img.config.size());
+  ExpectDescriptor(m["config"], kOciImageConfigType, "sha256:" + Sha256Hex(img.config),
+                   img.config.size());
   EXPECT_EQ(img.config_desc.digest, "sha256:" + Sha256Hex(img.config));
   // layers: the base's (docker media type mapped to OCI), then the new one.
   ASSERT_EQ(m["layers"].size(), 2u);
@@ -83,7 +94,8 @@ TEST(OciImageTest, ConfigHasRootfsDiffIdsHistoryPlatformAndEntrypoint) {
   EXPECT_EQ(non_empty, 2u);
   EXPECT_EQ(c["history"].back()["created_by"], "kiln layered build");
   EXPECT_EQ(c["config"]["Entrypoint"], json({"/app"}));
-  EXPECT_FALSE(c["config"].contains("Cmd")) << "the base Cmd would become the entrypoint's arguments";
+  EXPECT_FALSE(c["config"].contains("Cmd"))
+      << "the base Cmd would become the entrypoint's arguments";
   EXPECT_EQ(c["config"]["Env"], json({"PATH=/bin"}));
   EXPECT_EQ(c["config"]["Labels"]["kiln.candidate"], "c1");
   EXPECT_EQ(c["config"]["Labels"]["io.kiln.inputs"], "abc");
@@ -140,8 +152,10 @@ TEST(OciImageTest, MalformedBasesAreRefused) {
   EXPECT_EQ(MakeOciImage(BaseManifest(), c, Spec(), &img).code(), Status::Code::kInvalidArgument);
   OciImageSpec s = Spec();
   s.layer.digest = "sha256:short";
-  EXPECT_EQ(MakeOciImage(BaseManifest(), BaseConfig(), s, &img).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(OciLayerMediaType("application/vnd.docker.image.rootfs.diff.tar.gzip"), kOciLayerTarGzip);
+  EXPECT_EQ(MakeOciImage(BaseManifest(), BaseConfig(), s, &img).code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_EQ(OciLayerMediaType("application/vnd.docker.image.rootfs.diff.tar.gzip"),
+            kOciLayerTarGzip);
   EXPECT_EQ(OciLayerMediaType(kOciLayerTarGzip), kOciLayerTarGzip);
 }
 

@@ -7,11 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kiln {
 namespace {
@@ -83,7 +82,8 @@ Status ReadFileBeneath(const std::string& dir, const std::string& rel, size_t ma
   if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode))
     return Status::InvalidArgument(rel + " is not a regular file");
   if (static_cast<size_t>(st.st_size) > max_bytes)
-    return Status::ResourceExhausted(rel + " is larger than " + std::to_string(max_bytes) + " bytes");
+    return Status::ResourceExhausted(rel + " is larger than " + std::to_string(max_bytes) +
+                                     " bytes");
   data->clear();
   data->reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
@@ -93,7 +93,8 @@ Status ReadFileBeneath(const std::string& dir, const std::string& rel, size_t ma
     if (n < 0) return Status::Internal("reading " + rel + ": " + std::strerror(errno));
     if (n == 0) break;
     if (data->size() + static_cast<size_t>(n) > max_bytes)
-      return Status::ResourceExhausted(rel + " grew beyond " + std::to_string(max_bytes) + " bytes");
+      return Status::ResourceExhausted(rel + " grew beyond " + std::to_string(max_bytes) +
+                                       " bytes");
     data->append(buf, static_cast<size_t>(n));
   }
   return Status::Ok();
@@ -133,7 +134,8 @@ Status LoadManifest(const OciPushRequest& req, Manifest* m) {
       !man["layers"].is_array())
     return Status::InvalidArgument("manifest of the image layout is malformed");
   m->blobs.push_back(man["config"].value("digest", ""));
-  for (const auto& l : man["layers"]) m->blobs.push_back(l.is_object() ? l.value("digest", "") : "");
+  for (const auto& l : man["layers"])
+    m->blobs.push_back(l.is_object() ? l.value("digest", "") : "");
   for (const auto& d : m->blobs)
     if (!ValidDigest(d)) return Status::InvalidArgument("manifest: malformed blob digest");
   if (!req.expect_config_digest.empty() && m->blobs[0] != req.expect_config_digest)
@@ -178,7 +180,8 @@ OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
   res.status = client->PutManifest(req.repository, req.tag, m.media_type, m.body, &digest);
   if (!res.status.ok()) return res;
   if (digest != m.digest) {
-    res.status = Status::Internal("registry computed manifest digest " + digest + ", expected " + m.digest);
+    res.status =
+        Status::Internal("registry computed manifest digest " + digest + ", expected " + m.digest);
     return res;
   }
   res.digest = digest;

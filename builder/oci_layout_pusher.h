@@ -16,9 +16,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
 #include "core/cancel_token.h"
 #include "registry/registry_client.h"
-#include "common/status.h"
 
 namespace kiln {
 
@@ -26,13 +26,13 @@ struct OciPushRequest {
   std::string layout_dir;  // absolute; kiln opens it with O_NOFOLLOW below its parent
   std::string ref_name;    // org.opencontainers.image.ref.name of the manifest in index.json
   std::string expect_config_digest;  // "sha256:<hex>" or "": the image that must be pushed
-  std::string repository;  // e.g. "loop/app"
-  std::string tag;         // e.g. the candidate name
+  std::string repository;            // e.g. "loop/app"
+  std::string tag;                   // e.g. the candidate name
 };
 
 struct OciPushResult {
   Status status;
-  std::string digest;     // "sha256:<hex>" of the manifest pushed
+  std::string digest;      // "sha256:<hex>" of the manifest pushed
   int uploaded_blobs = 0;  // blobs the registry did not have
 };
 

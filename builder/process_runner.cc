@@ -1,7 +1,5 @@
 #include "builder/process_runner.h"
 
-#include "common/subprocess.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "common/subprocess.h"
 
 namespace kiln {
 namespace {

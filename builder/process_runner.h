@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cancel_token.h"
 #include "common/status.h"
+#include "core/cancel_token.h"
 
 namespace kiln {
 

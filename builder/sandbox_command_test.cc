@@ -66,8 +66,7 @@ std::optional<SandboxUser> TestUser() {
 }
 
 void GiveTo(const SandboxUser& u, const std::string& dir) {
-  std::system(("chown -R " + std::to_string(u.uid) + ":" + std::to_string(u.gid) + " '" + dir +
-               "'")
+  std::system(("chown -R " + std::to_string(u.uid) + ":" + std::to_string(u.gid) + " '" + dir + "'")
                   .c_str());
 }
 

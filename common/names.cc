@@ -26,7 +26,8 @@ Status ValidateName(std::string_view name, std::string_view what) {
   if (!alnum) return Status::InvalidArgument(w + " name must start with a letter or digit");
   for (char c : name)
     if (!IsNameChar(c))
-      return Status::InvalidArgument(w + " name may contain only letters, digits, '.', '_' and '-'");
+      return Status::InvalidArgument(w +
+                                     " name may contain only letters, digits, '.', '_' and '-'");
   if (name.find("..") != std::string_view::npos)
     return Status::InvalidArgument(w + " name must not contain '..'");
   if (EndsWith(name, ".") || EndsWith(name, ".lock"))
@@ -49,8 +50,8 @@ Status ValidateRef(std::string_view ref) {
   size_t start = 0;
   while (true) {
     size_t slash = rest.find('/', start);
-    std::string_view seg =
-        rest.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    std::string_view seg = rest.substr(
+        start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
     Status s = ValidateName(seg, "ref segment");
     if (!s.ok()) return Status::InvalidArgument("invalid ref: " + s.message());
     if (slash == std::string_view::npos) break;

@@ -30,10 +30,10 @@ TEST(Sha256, IsSha256Hex) {
 
 TEST(Sha256, IsSha256Digest) {
   EXPECT_TRUE(IsSha256Digest("sha256:" + Sha256Hex("x")));
-  EXPECT_FALSE(IsSha256Digest(Sha256Hex("x")));                    // no algorithm
-  EXPECT_FALSE(IsSha256Digest("sha512:" + Sha256Hex("x")));         // other algorithm
-  EXPECT_FALSE(IsSha256Digest("sha256:" + Sha256Hex("x") + "0"));   // too long
-  EXPECT_FALSE(IsSha256Digest("sha256:" + std::string(64, 'A')));   // uppercase
+  EXPECT_FALSE(IsSha256Digest(Sha256Hex("x")));                       // no algorithm
+  EXPECT_FALSE(IsSha256Digest("sha512:" + Sha256Hex("x")));           // other algorithm
+  EXPECT_FALSE(IsSha256Digest("sha256:" + Sha256Hex("x") + "0"));     // too long
+  EXPECT_FALSE(IsSha256Digest("sha256:" + std::string(64, 'A')));     // uppercase
   EXPECT_FALSE(IsSha256Digest("sha256:../" + std::string(61, 'a')));  // path characters
 }
 

@@ -11,27 +11,37 @@ class Status {
  public:
   enum class Code {
     kOk = 0,
-    kInvalidArgument,   // bad input from a caller (agent, operator, config)
-    kNotFound,          // no such candidate, build, ref, file
+    kInvalidArgument,  // bad input from a caller (agent, operator, config)
+    kNotFound,         // no such candidate, build, ref, file
     kFailedPrecondition,
-    kUnavailable,       // a dependency (registry, builder, git) cannot be reached
+    kUnavailable,  // a dependency (registry, builder, git) cannot be reached
     kCancelled,
     kDeadlineExceeded,
     kPermissionDenied,
-    kResourceExhausted, // a limit was hit
+    kResourceExhausted,  // a limit was hit
     kInternal,
   };
 
   Status() = default;
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
+  static Status InvalidArgument(std::string m) {
+    return Status(Code::kInvalidArgument, std::move(m));
+  }
   static Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
-  static Status FailedPrecondition(std::string m) { return Status(Code::kFailedPrecondition, std::move(m)); }
+  static Status FailedPrecondition(std::string m) {
+    return Status(Code::kFailedPrecondition, std::move(m));
+  }
   static Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
   static Status Cancelled(std::string m) { return Status(Code::kCancelled, std::move(m)); }
-  static Status DeadlineExceeded(std::string m) { return Status(Code::kDeadlineExceeded, std::move(m)); }
-  static Status PermissionDenied(std::string m) { return Status(Code::kPermissionDenied, std::move(m)); }
-  static Status ResourceExhausted(std::string m) { return Status(Code::kResourceExhausted, std::move(m)); }
+  static Status DeadlineExceeded(std::string m) {
+    return Status(Code::kDeadlineExceeded, std::move(m));
+  }
+  static Status PermissionDenied(std::string m) {
+    return Status(Code::kPermissionDenied, std::move(m));
+  }
+  static Status ResourceExhausted(std::string m) {
+    return Status(Code::kResourceExhausted, std::move(m));
+  }
   static Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
 
   bool ok() const { return code_ == Code::kOk; }
@@ -49,16 +59,26 @@ class Status {
 
 inline const char* Status::CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "ok";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kNotFound: return "not found";
-    case Code::kFailedPrecondition: return "failed precondition";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kCancelled: return "cancelled";
-    case Code::kDeadlineExceeded: return "deadline exceeded";
-    case Code::kPermissionDenied: return "permission denied";
-    case Code::kResourceExhausted: return "resource exhausted";
-    case Code::kInternal: return "internal";
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kNotFound:
+      return "not found";
+    case Code::kFailedPrecondition:
+      return "failed precondition";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kCancelled:
+      return "cancelled";
+    case Code::kDeadlineExceeded:
+      return "deadline exceeded";
+    case Code::kPermissionDenied:
+      return "permission denied";
+    case Code::kResourceExhausted:
+      return "resource exhausted";
+    case Code::kInternal:
+      return "internal";
   }
   return "unknown";
 }

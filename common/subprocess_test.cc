@@ -41,8 +41,8 @@ std::string RunShell(const std::string& script, SpawnSpec spec = {}, int* exit_c
 TEST(SubprocessTest, ChildGetsOnlyTheMappedDescriptors) {
   int leaked = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: posix_spawn would pass it on
   ASSERT_GE(leaked, 3);
-  std::string out = RunShell("test -e /proc/self/fd/" + std::to_string(leaked) +
-                             " && echo leaked || echo clean");
+  std::string out =
+      RunShell("test -e /proc/self/fd/" + std::to_string(leaked) + " && echo leaked || echo clean");
   ::close(leaked);
   EXPECT_EQ(out, "clean\n");
 }
@@ -59,9 +59,7 @@ TEST(SubprocessTest, ExtraDescriptorIsMappedToTheRequestedNumber) {
   ::close(p[0]);
 }
 
-TEST(SubprocessTest, UnmappedStdinIsDevNull) {
-  EXPECT_EQ(RunShell("cat; echo end"), "end\n");
-}
+TEST(SubprocessTest, UnmappedStdinIsDevNull) { EXPECT_EQ(RunShell("cat; echo end"), "end\n"); }
 
 TEST(SubprocessTest, EnvironmentIsExactlyTheGivenOne) {
   SpawnSpec spec;

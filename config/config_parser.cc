@@ -15,8 +15,8 @@
 #include <set>
 #include <utility>
 
-#include "common/sha256.h"
 #include "common/names.h"
+#include "common/sha256.h"
 #include "config/base_image_policy.h"
 #include "config/host_checks.h"
 
@@ -569,8 +569,8 @@ void ConfigReader::CheckDomainStorage(const Config& config) {
   for (const auto& [name, d] : config.domains)
     if (d.storage.max_gb > config.storage.max_gb)
       Problem(Join(Join(Join("domains", name), "storage"), "max_gb"),
-              "must not exceed storage.max_gb (" + json(config.storage.max_gb).dump() +
-                  "), got " + json(d.storage.max_gb).dump());
+              "must not exceed storage.max_gb (" + json(config.storage.max_gb).dump() + "), got " +
+                  json(d.storage.max_gb).dump());
 }
 // --- end issue 19 ------------------------------------------------------------------------
 
@@ -650,7 +650,8 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
       while (!public_url.empty() && public_url.back() == '/') public_url.pop_back();
       out->public_url = public_url;
     } else {
-      Problem("server.public_url", why + ", e.g. \"https://kiln.example.com\" (the address agents push to)");
+      Problem("server.public_url",
+              why + ", e.g. \"https://kiln.example.com\" (the address agents push to)");
     }
   }
   if (out->public_url.empty()) out->public_url = "http://" + out->listen;
@@ -669,7 +670,8 @@ void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
       int port = 0;
       std::string why = ParseWorkerAddress(out->workers[i], &host, &port);
       if (why.empty() && !seen.insert(out->workers[i]).second) why = "is listed twice";
-      if (!why.empty()) Problem(Index(Join(path, "workers"), i), "\"" + out->workers[i] + "\" " + why);
+      if (!why.empty())
+        Problem(Index(Join(path, "workers"), i), "\"" + out->workers[i] + "\" " + why);
     }
   }
 }
@@ -746,8 +748,7 @@ void ConfigReader::ReadDomain(const std::string& name, const json& obj, DomainCo
 }
 
 // --- Issue 15: push limits ---------------------------------------------------------------
-void ConfigReader::ReadPushLimits(const json& obj, const std::string& path,
-                                  PushLimitsConfig* out) {
+void ConfigReader::ReadPushLimits(const json& obj, const std::string& path, PushLimitsConfig* out) {
   CheckKeys(obj, path, {"max_tree_bytes", "max_files", "max_file_bytes", "max_refs_per_push"});
   ReadInt(obj, "max_tree_bytes", path, int64_t{1} << 10, int64_t{1} << 40, &out->max_tree_bytes);
   ReadInt(obj, "max_files", path, 1, 10000000, &out->max_files);
@@ -776,8 +777,7 @@ void ConfigReader::ReadToolAliases(const json& obj, const std::string& path, Dom
 void ConfigReader::ReadBuild(const json& obj, const std::string& path, BuildConfig* out) {
   CheckKeys(obj, path,
             {"mode", "timeout_s", "network", "user", "max_file_mb", "containerfile", "layered",
-             "base_images", "limits", "on_push", "compression",
-              "cancel_on_disconnect"});
+             "base_images", "limits", "on_push", "compression", "cancel_on_disconnect"});
   // Issue 18.
   if (ReadString(obj, "compression", path, false, &out->compression) &&
       out->compression != "auto" && out->compression != "gzip" && out->compression != "none")
@@ -1005,7 +1005,8 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
     if (known_type && type != section && obj.is_object() && obj.contains(section))
       out->ignored_sections.push_back(section);
   auto used = [&](const char* section) { return !known_type || type == section; };
-  if (const json* k = used("kubernetes") ? Section(obj, "kubernetes", path, type == "kubernetes") : nullptr) {
+  if (const json* k =
+          used("kubernetes") ? Section(obj, "kubernetes", path, type == "kubernetes") : nullptr) {
     const std::string p = Join(path, "kubernetes");
     CheckKeys(*k, p,
               {"namespace", "deployment", "container", "kubeconfig", "rollout_timeout_s",
@@ -1032,8 +1033,7 @@ void ConfigReader::ReadDeploy(const json& obj, const std::string& path, DeployCo
   }
   if (const json* l = used("local") ? Section(obj, "local", path, false) : nullptr) {
     const std::string p = Join(path, "local");
-    CheckKeys(*l, p,
-              {"port", "health_path", "user", "max_rootfs_mb", "max_file_mb", "limits"});
+    CheckKeys(*l, p, {"port", "health_path", "user", "max_rootfs_mb", "max_file_mb", "limits"});
     LocalDeploy ld;
     ReadInt(*l, "port", p, 1, 65535, &ld.port);
     if (ReadString(*l, "health_path", p, false, &ld.health_path) && ld.health_path[0] != '/')
@@ -1161,7 +1161,8 @@ std::vector<ConfigProblem> CollectConfigWarnings(const Config& config) {
     for (const std::string& section : d.deploy.ignored_sections)
       warnings.push_back({Join(Join(Join("domains", name), "deploy"), section),
                           "ignored (not validated) because deploy.type is \"" + d.deploy.type +
-                              "\"; remove it, or set deploy.type to \"" + section + "\" to use it"});
+                              "\"; remove it, or set deploy.type to \"" + section +
+                              "\" to use it"});
   }
   // Sessions: when every domain may hold its full share, the global pool must fit them all, or
   // busy domains fill it and a quiet one is refused with 503 before reaching its own cap.

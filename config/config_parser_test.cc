@@ -1,5 +1,4 @@
 #include "config/config_parser.h"
-#include "config/host_checks.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "config/host_checks.h"
 
 namespace kiln {
 namespace {
@@ -310,8 +311,9 @@ TEST_F(ConfigParserTest, PublicUrlDefaultsToTheListenAddressAndIsValidated) {
   }
   EXPECT_EQ(GitRemoteUrl(Config{}.server, "x"), "http://127.0.0.1:8700/git/x.git");
 
-  for (const char* bad : {"kiln.example.com", "ftp://x", "https://user:pw@kiln.example.com",
-                          "https://kiln.example.com/?a=b", "https://kiln example.com", "https://"}) {
+  for (const char* bad :
+       {"kiln.example.com", "ftp://x", "https://user:pw@kiln.example.com",
+        "https://kiln.example.com/?a=b", "https://kiln example.com", "https://"}) {
     j["server"]["public_url"] = bad;
     Config e;
     problems = Parse(j, &e);
@@ -337,7 +339,8 @@ TEST_F(ConfigParserTest, OnlyTheChosenDeployTypeIsValidated) {  // issue 16
   auto warnings = CollectConfigWarnings(c);
   bool warned = false;
   for (const auto& w : warnings)
-    warned = warned || (w.path == "domains.epp.deploy.kubernetes" && w.reason.find("remove it") != std::string::npos);
+    warned = warned || (w.path == "domains.epp.deploy.kubernetes" &&
+                        w.reason.find("remove it") != std::string::npos);
   EXPECT_TRUE(warned);
 
   // The chosen type's section is still checked, and says what to change.
@@ -981,8 +984,9 @@ TEST_F(ConfigParserTest, CheckConfigCommandPrintsNetworkWarning) {
   WriteFile(dir_ + "/kiln.json", j.dump());
   std::ostringstream out, err;
   EXPECT_EQ(CheckConfigCommandWithFacts(dir_ + "/kiln.json", SafeHost(), out, err), 0);
-  EXPECT_EQ(out.str().rfind("WARNING: domains.ranker.build.network: !!! build.network is \"host\"", 0),
-            0u)
+  EXPECT_EQ(
+      out.str().rfind("WARNING: domains.ranker.build.network: !!! build.network is \"host\"", 0),
+      0u)
       << out.str();
   EXPECT_NE(out.str().find("Kubernetes API"), std::string::npos);
   EXPECT_NE(out.str().find("\nconfig OK: 2 domains, 1 registries\n"), std::string::npos);
@@ -1062,7 +1066,7 @@ TEST_F(ConfigParserTest, BuildOnPushDefaultsOnAndIsValidated) {
   auto problems = Parse(j, &c);
   ASSERT_TRUE(problems.empty()) << Describe(problems);
   EXPECT_FALSE(c.domains.at("ranker").build.on_push);
-  EXPECT_TRUE(c.domains.at("epp").build.on_push);  // default
+  EXPECT_TRUE(c.domains.at("epp").build.on_push);                // default
   EXPECT_FALSE(c.domains.at("epp").build.cancel_on_disconnect);  // issue 17: default
   j["domains"]["ranker"]["build"]["on_push"] = "yes";
   problems = Parse(j);
@@ -1258,7 +1262,8 @@ TEST_F(ConfigParserTest, SandboxLimitsAreValidated) {
   build({{"max_threads", 4}}, "domains.ranker.build.limits.max_threads");
   auto local = [&](const char* key, json value, const std::string& path) {
     json j = Valid();
-    j["domains"]["ranker"]["deploy"] = {{"type", "local"}, {"local", {{"port", 9100}, {key, value}}}};
+    j["domains"]["ranker"]["deploy"] = {{"type", "local"},
+                                        {"local", {{"port", 9100}, {key, value}}}};
     auto problems = Parse(j);
     ASSERT_EQ(problems.size(), 1u) << key << ": " << Describe(problems);
     EXPECT_EQ(problems[0].path, path);
@@ -1269,7 +1274,6 @@ TEST_F(ConfigParserTest, SandboxLimitsAreValidated) {
   local("max_file_mb", -1, "domains.ranker.deploy.local.max_file_mb");
   local("limits", {{"max_processes", 0}}, "domains.ranker.deploy.local.limits.max_processes");
 }
-
 
 // --- Issue 19: storage budget ---------------------------------------------------------------
 TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
@@ -1283,10 +1287,8 @@ TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
   EXPECT_EQ(c.domains.at("epp").storage.max_gb, 0);
 
   json j = Valid();
-  j["storage"] = {{"max_gb", 20},
-                  {"gc_interval_s", 60},
-                  {"candidate_idle_s", 600},
-                  {"workspace_idle_s", 0}};
+  j["storage"] = {
+      {"max_gb", 20}, {"gc_interval_s", 60}, {"candidate_idle_s", 600}, {"workspace_idle_s", 0}};
   j["domains"]["epp"]["storage"] = {{"max_gb", 0.5}};
   Config d;
   problems = Parse(j, &d);
@@ -1298,15 +1300,15 @@ TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
   EXPECT_DOUBLE_EQ(d.domains.at("epp").storage.max_gb, 0.5);
   EXPECT_EQ(d.domains.at("ranker").storage.max_gb, 0);
 
-  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
-           {"max_gb", -1},
-           {"max_gb", "10"},
-           {"max_gb", 2000000},
-           {"gc_interval_s", 5},
-           {"gc_interval_s", 1.5},
-           {"candidate_idle_s", -1},
-           {"workspace_idle_s", 40000000},
-           {"nope", 1}}) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"max_gb", -1},
+                                                 {"max_gb", "10"},
+                                                 {"max_gb", 2000000},
+                                                 {"gc_interval_s", 5},
+                                                 {"gc_interval_s", 1.5},
+                                                 {"candidate_idle_s", -1},
+                                                 {"workspace_idle_s", 40000000},
+                                                 {"nope", 1}}) {
     json bad = Valid();
     bad["storage"] = {{key, value}};
     ExpectOnly(bad, "storage." + key);

@@ -67,8 +67,7 @@ HostFacts ProbeHost() {
     struct passwd pw;
     struct passwd* res = nullptr;
     char buf[4096];
-    if (::getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr)
-      return false;
+    if (::getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr) return false;
     *uid = pw.pw_uid;
     *gid = pw.pw_gid;
     return true;
@@ -152,12 +151,13 @@ void CheckBuildHost(const Config& config, const HostFacts& facts,
     uid_t uid = 0;
     gid_t gid = 0;
     if (!facts.lookup_user || !facts.lookup_user(user, &uid, &gid)) {
-      problems->push_back({path, "build user '" + user +
-                                     "' does not exist (scripts/setup.sh creates kiln-build)"});
+      problems->push_back(
+          {path, "build user '" + user + "' does not exist (scripts/setup.sh creates kiln-build)"});
       continue;
     }
     if (uid == 0 || gid == 0) {
-      problems->push_back({path, "build user '" + user + "' is root: builds must run unprivileged"});
+      problems->push_back(
+          {path, "build user '" + user + "' is root: builds must run unprivileged"});
       continue;
     }
     if (uid == facts.kiln_uid) {
@@ -183,8 +183,9 @@ void CheckBuildHost(const Config& config, const HostFacts& facts,
   }
   // Both modes rely on user namespaces (rootless buildah; bubblewrap's --unshare-user).
   if (!facts.max_user_namespaces || *facts.max_user_namespaces <= 0)
-    problems->push_back({"host.user_namespaces",
-                         "user namespaces are disabled (sysctl user.max_user_namespaces must be > 0)"});
+    problems->push_back(
+        {"host.user_namespaces",
+         "user namespaces are disabled (sysctl user.max_user_namespaces must be > 0)"});
   if (facts.unprivileged_userns_clone && *facts.unprivileged_userns_clone != 1)
     problems->push_back({"host.user_namespaces",
                          "unprivileged user namespaces are disabled "

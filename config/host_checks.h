@@ -27,8 +27,8 @@ namespace kiln {
 struct HostFacts {
   /// Looks up a user by name; false when there is none.
   std::function<bool(const std::string& name, uid_t* uid, gid_t* gid)> lookup_user;
-  std::string subuid;  // contents of /etc/subuid ("" when missing)
-  std::string subgid;  // contents of /etc/subgid
+  std::string subuid;                             // contents of /etc/subuid ("" when missing)
+  std::string subgid;                             // contents of /etc/subgid
   std::optional<long> max_user_namespaces;        // /proc/sys/user/max_user_namespaces
   std::optional<long> unprivileged_userns_clone;  // /proc/sys/kernel/unprivileged_userns_clone
   bool newuidmap_setuid = false;  // /usr/bin/newuidmap exists, is root-owned and setuid

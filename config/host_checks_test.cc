@@ -53,7 +53,8 @@ Config OneDomain(const std::string& mode) {
   return c;
 }
 
-std::string Check(const Config& c, const HostFacts& f, std::vector<ConfigProblem>* warnings = nullptr) {
+std::string Check(const Config& c, const HostFacts& f,
+                  std::vector<ConfigProblem>* warnings = nullptr) {
   std::vector<ConfigProblem> problems, w;
   CheckBuildHost(c, f, &problems, &w);
   if (warnings) *warnings = w;
@@ -104,8 +105,9 @@ TEST(HostChecks, DisabledUserNamespacesAreRefused) {
   FakeHost h;
   HostFacts f = h.Facts();
   f.max_user_namespaces = 0;
-  EXPECT_NE(Check(OneDomain("layered"), f).find("host.user_namespaces: user namespaces are disabled"),
-            std::string::npos);
+  EXPECT_NE(
+      Check(OneDomain("layered"), f).find("host.user_namespaces: user namespaces are disabled"),
+      std::string::npos);
   f = h.Facts();
   f.unprivileged_userns_clone = 0;
   EXPECT_NE(Check(OneDomain("containerfile"), f).find("kernel.unprivileged_userns_clone"),

@@ -4,38 +4,57 @@ namespace kiln {
 
 const char* StatusWireName(BuildStatus s) {
   switch (s) {
-    case BuildStatus::kQueued: return "queued";
+    case BuildStatus::kQueued:
+      return "queued";
     case BuildStatus::kResolving:
     case BuildStatus::kRunning:
-    case BuildStatus::kPushing: return "running";
-    case BuildStatus::kSucceeded: return "succeeded";
-    case BuildStatus::kFailed: return "failed";
-    case BuildStatus::kCancelled: return "cancelled";
-    case BuildStatus::kInterrupted: return "interrupted";
+    case BuildStatus::kPushing:
+      return "running";
+    case BuildStatus::kSucceeded:
+      return "succeeded";
+    case BuildStatus::kFailed:
+      return "failed";
+    case BuildStatus::kCancelled:
+      return "cancelled";
+    case BuildStatus::kInterrupted:
+      return "interrupted";
   }
   return "failed";
 }
 
 const char* PhaseName(BuildStatus s) {
   switch (s) {
-    case BuildStatus::kQueued: return "queued";
-    case BuildStatus::kResolving: return "resolving";
-    case BuildStatus::kRunning: return "building";
-    case BuildStatus::kPushing: return "pushing";
-    default: return StatusWireName(s);
+    case BuildStatus::kQueued:
+      return "queued";
+    case BuildStatus::kResolving:
+      return "resolving";
+    case BuildStatus::kRunning:
+      return "building";
+    case BuildStatus::kPushing:
+      return "pushing";
+    default:
+      return StatusWireName(s);
   }
 }
 
 const char* BuildStatusName(BuildStatus s) {
   switch (s) {
-    case BuildStatus::kQueued: return "queued";
-    case BuildStatus::kResolving: return "resolving";
-    case BuildStatus::kRunning: return "running";
-    case BuildStatus::kPushing: return "pushing";
-    case BuildStatus::kSucceeded: return "succeeded";
-    case BuildStatus::kFailed: return "failed";
-    case BuildStatus::kCancelled: return "cancelled";
-    case BuildStatus::kInterrupted: return "interrupted";
+    case BuildStatus::kQueued:
+      return "queued";
+    case BuildStatus::kResolving:
+      return "resolving";
+    case BuildStatus::kRunning:
+      return "running";
+    case BuildStatus::kPushing:
+      return "pushing";
+    case BuildStatus::kSucceeded:
+      return "succeeded";
+    case BuildStatus::kFailed:
+      return "failed";
+    case BuildStatus::kCancelled:
+      return "cancelled";
+    case BuildStatus::kInterrupted:
+      return "interrupted";
   }
   return "failed";
 }

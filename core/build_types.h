@@ -8,12 +8,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/diagnostic.h"
 
@@ -22,7 +21,16 @@ namespace kiln {
 using BuildId = std::string;
 
 /// Final states are succeeded, failed, cancelled, interrupted.
-enum class BuildStatus { kQueued, kResolving, kRunning, kPushing, kSucceeded, kFailed, kCancelled, kInterrupted };
+enum class BuildStatus {
+  kQueued,
+  kResolving,
+  kRunning,
+  kPushing,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kInterrupted
+};
 
 /// Wire name: queued, running (resolving/running/pushing are all "running" on the wire, with
 /// `phase` telling which), succeeded, failed, cancelled, interrupted.
@@ -49,14 +57,14 @@ struct BuildTimings {
 /// What one build execution produced. Shared between deduplicated waiters and the cache.
 struct BuildOutcome {
   BuildStatus status = BuildStatus::kFailed;
-  std::string image_ref;     // "<host:port>/<repo>@sha256:<hex>" when succeeded
-  std::string digest;        // "sha256:<hex>"
+  std::string image_ref;  // "<host:port>/<repo>@sha256:<hex>" when succeeded
+  std::string digest;     // "sha256:<hex>"
   std::vector<Diagnostic> diagnostics;
-  std::string log_tail;      // last lines of the log
-  std::string error;         // human-readable failure reason (never a credential)
-  std::string error_kind;    // actors/build_failure.h vocabulary, set with `error`
-  BuildId built_by;          // the build id that actually ran
-  std::string commit;        // what was built
+  std::string log_tail;    // last lines of the log
+  std::string error;       // human-readable failure reason (never a credential)
+  std::string error_kind;  // actors/build_failure.h vocabulary, set with `error`
+  BuildId built_by;        // the build id that actually ran
+  std::string commit;      // what was built
   int64_t build_ms = 0;
   int64_t push_ms = 0;
 };
@@ -74,6 +82,5 @@ struct BuildRequest {
   /// agent's arguments).
   bool on_push = false;
 };
-
 
 }  // namespace kiln

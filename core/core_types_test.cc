@@ -12,8 +12,9 @@
 namespace kiln {
 namespace {
 
-const BuildStatus kAll[] = {BuildStatus::kQueued,    BuildStatus::kResolving, BuildStatus::kRunning,
-                            BuildStatus::kPushing,   BuildStatus::kSucceeded, BuildStatus::kFailed,
+const BuildStatus kAll[] = {BuildStatus::kQueued,    BuildStatus::kResolving,
+                            BuildStatus::kRunning,   BuildStatus::kPushing,
+                            BuildStatus::kSucceeded, BuildStatus::kFailed,
                             BuildStatus::kCancelled, BuildStatus::kInterrupted};
 
 TEST(BuildStatusNames, EveryStatusRoundTripsByItsExactName) {

@@ -3,10 +3,9 @@
 // tools show it. Value type and pure JSON conversions; thread-safe (no state).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kiln {
 

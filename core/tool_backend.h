@@ -10,21 +10,20 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace kiln {
 
 struct ToolCall {
-  std::string domain;       // the authenticated caller's domain
-  std::string tool;         // canonical tool name (aliases already resolved by the transport)
-  nlohmann::json arguments; // always a JSON object (the transport checks this)
+  std::string domain;        // the authenticated caller's domain
+  std::string tool;          // canonical tool name (aliases already resolved by the transport)
+  nlohmann::json arguments;  // always a JSON object (the transport checks this)
 };
 
 struct ToolProgress {
-  double progress = 0;           // strictly increasing per call
+  double progress = 0;  // strictly increasing per call
   std::optional<double> total;
   std::string message;
 };

@@ -4,9 +4,12 @@ namespace kiln {
 
 const char* DeployStateName(DeployState s) {
   switch (s) {
-    case DeployState::kInProgress: return "in_progress";
-    case DeployState::kRolledOut: return "rolled_out";
-    case DeployState::kFailed: return "failed";
+    case DeployState::kInProgress:
+      return "in_progress";
+    case DeployState::kRolledOut:
+      return "rolled_out";
+    case DeployState::kFailed:
+      return "failed";
   }
   return "failed";
 }

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/cancel_token.h"
 #include "common/status.h"
+#include "core/cancel_token.h"
 
 namespace kiln {
 
@@ -26,9 +26,9 @@ struct DeployRequest {
   std::string domain;
   std::string candidate;
   std::string build_id;
-  std::string commit;     // git commit the image was built from ("" when unknown)
-  std::string image;      // "<host:port>/<repository>@sha256:<hex>": always by digest
-  std::string digest;     // "sha256:<hex>"
+  std::string commit;  // git commit the image was built from ("" when unknown)
+  std::string image;   // "<host:port>/<repository>@sha256:<hex>": always by digest
+  std::string digest;  // "sha256:<hex>"
 };
 
 enum class DeployState { kInProgress, kRolledOut, kFailed };

@@ -23,11 +23,13 @@ class FakeDeployer : public Deployer {
     if (progress) progress("rolling out " + req.image);
     auto until = std::chrono::steady_clock::now() + delay;
     while (std::chrono::steady_clock::now() < until) {
-      if (cancel && cancel->cancelled()) return {DeployState::kFailed, "Cancelled", "cancelled", true, 0};
+      if (cancel && cancel->cancelled())
+        return {DeployState::kFailed, "Cancelled", "cancelled", true, 0};
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (!fail_reason.empty()) return {DeployState::kFailed, fail_reason, "scripted failure", true, 0};
+    if (!fail_reason.empty())
+      return {DeployState::kFailed, fail_reason, "scripted failure", true, 0};
     current_ = req.image;
     return {DeployState::kRolledOut, "", "", true, 0};
   }

@@ -87,13 +87,15 @@ TEST(DecideLaunch, NamedUserResolvedFromTheImagesFiles) {
   ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody"}}}}, 1, &s).ok());
   EXPECT_EQ(s.user_name, "nobody");
   EXPECT_FALSE(s.uid.has_value());
-  const std::string passwd = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65533:nobody:/:/bin/false\n";
+  const std::string passwd =
+      "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65533:nobody:/:/bin/false\n";
   const std::string group = "root:x:0:\nnogroup:x:65500:\n";
   ASSERT_TRUE(ResolveUserNames(passwd, group, &s).ok());
   EXPECT_EQ(*s.uid, 65534u);
   EXPECT_EQ(*s.gid, 65533u);  // the user's primary group
   LaunchSpec g;
-  ASSERT_TRUE(DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody:nogroup"}}}}, 1, &g).ok());
+  ASSERT_TRUE(
+      DecideLaunch(json{{"config", {{"Cmd", {"/app"}}, {"User", "nobody:nogroup"}}}}, 1, &g).ok());
   ASSERT_TRUE(ResolveUserNames(passwd, group, &g).ok());
   EXPECT_EQ(*g.gid, 65500u);
   LaunchSpec m;

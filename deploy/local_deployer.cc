@@ -31,9 +31,11 @@ std::string ReadRootFile(const std::string& root, const std::string& rel) {
   size_t start = 0;
   while (dir >= 0) {
     size_t slash = rel.find('/', start);
-    std::string part = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    std::string part =
+        rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
     bool last = slash == std::string::npos;
-    int fd = ::openat(dir, part.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? 0 : O_DIRECTORY));
+    int fd =
+        ::openat(dir, part.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? 0 : O_DIRECTORY));
     ::close(dir);
     dir = -1;
     if (fd < 0) break;
@@ -52,7 +54,6 @@ std::string ReadRootFile(const std::string& root, const std::string& rel) {
   }
   return out;
 }
-
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -216,10 +217,10 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
   progress("fetching layers");
   Fetched img;
   // Issue 19: every registry request of the fetch ends by the deploy's fetch bound.
-  RegistryDeadlineScope fetch_deadline(
-      std::chrono::steady_clock::now() + opts_.fetch_timeout,
-      "the local deploy's image fetch limit (" +
-          std::to_string(opts_.fetch_timeout.count() / 1000) + " s)");
+  RegistryDeadlineScope fetch_deadline(std::chrono::steady_clock::now() + opts_.fetch_timeout,
+                                       "the local deploy's image fetch limit (" +
+                                           std::to_string(opts_.fetch_timeout.count() / 1000) +
+                                           " s)");
   if (Status st = FetchImage(ref.repository, ref.digest, progress, cancel, &img); !st.ok()) {
     if (st.code() == Status::Code::kCancelled) return Failed("Cancelled", "deploy cancelled");
     return Failed("ImageFetchFailed", "fetching " + req.image + ": " + st.message());
@@ -409,8 +410,7 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
 
 Status LocalDeployer::FetchBlob(const std::string& repo, const std::string& digest,
                                 std::string* data) {
-  if (!IsSha256Digest(digest))
-    return Status::InvalidArgument("bad layer digest " + digest);
+  if (!IsSha256Digest(digest)) return Status::InvalidArgument("bad layer digest " + digest);
   fs::path dir = fs::path(work_dir_) / "blobs" / "sha256";
   fs::path file = dir / digest.substr(7);
   {

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "registry/registry_client.h"
 #include "config/config.h"
 #include "deploy/deployer.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 

@@ -3,9 +3,6 @@
 // pushed with RegistryClient, bubblewrap sandboxes and the host-port forwarder (19101-19110).
 #include "deploy/local_deployer.h"
 
-#include "builder/sandbox_command.h"
-#include "deploy/launch_spec.h"
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -21,7 +18,9 @@
 #include <thread>
 
 #include "builder/layer_writer.h"
+#include "builder/sandbox_command.h"
 #include "common/sha256.h"
+#include "deploy/launch_spec.h"
 #include "deploy/sandbox_process.h"
 #include "deploy/testing_tar.h"
 
@@ -231,17 +230,17 @@ class Registry : public ::testing::Environment {
                             "127.0.0.1:$PORT -h /www"},
                            "stubborn");
     // Writes what it sees of the world into /www, then serves it.
-    images.probe =
-        Push(&c, {base, Layer({{"/www/healthz", "ok"}})},
-             {"/bin/busybox", "sh", "-c",
-              "B=/bin/busybox; $B ls / > /www/root; $B env > /www/env; $B cat /proc/self/status > "
-              "/www/status;"
-              " $B ls /sys/class/net > /www/net 2>&1; $B ip -o link > /www/links 2>&1; $B ps -o "
-              "pid,args > /www/ps;"
-              " $B hostname > /www/hostname; $B id -u > /www/uid;"
-              " if $B unshare -U $B true 2>/dev/null; then echo yes; else echo no; fi > /www/userns;"
-              " exec $B httpd -f -p 127.0.0.1:$PORT -h /www"},
-             "probe");
+    images.probe = Push(
+        &c, {base, Layer({{"/www/healthz", "ok"}})},
+        {"/bin/busybox", "sh", "-c",
+         "B=/bin/busybox; $B ls / > /www/root; $B env > /www/env; $B cat /proc/self/status > "
+         "/www/status;"
+         " $B ls /sys/class/net > /www/net 2>&1; $B ip -o link > /www/links 2>&1; $B ps -o "
+         "pid,args > /www/ps;"
+         " $B hostname > /www/hostname; $B id -u > /www/uid;"
+         " if $B unshare -U $B true 2>/dev/null; then echo yes; else echo no; fi > /www/userns;"
+         " exec $B httpd -f -p 127.0.0.1:$PORT -h /www"},
+        "probe");
   }
 };
 

@@ -1,7 +1,5 @@
 #include "deploy/sandbox_process.h"
 
-#include "common/subprocess.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "common/subprocess.h"
 
 namespace kiln {
 namespace {

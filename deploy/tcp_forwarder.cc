@@ -80,11 +80,12 @@ class Session : public std::enable_shared_from_this<Session> {
             return;
           }
           if (ec) return self->CloseBoth();
-          asio::async_write(to, asio::buffer(buf.data(), n),
-                            [self, &from, &to, &buf](const boost::system::error_code& write_ec, size_t) {
-                              if (write_ec) return self->CloseBoth();
-                              self->Pump(from, to, buf);
-                            });
+          asio::async_write(
+              to, asio::buffer(buf.data(), n),
+              [self, &from, &to, &buf](const boost::system::error_code& write_ec, size_t) {
+                if (write_ec) return self->CloseBoth();
+                self->Pump(from, to, buf);
+              });
         });
   }
 

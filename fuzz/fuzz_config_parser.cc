@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;
   std::string text(reinterpret_cast<const char*>(data), size);
   Config config;
-  std::vector<ConfigProblem> problems = ParseConfigRelativeTo(text, "/nonexistent-kiln-base", &config);
+  std::vector<ConfigProblem> problems =
+      ParseConfigRelativeTo(text, "/nonexistent-kiln-base", &config);
   for (const ConfigProblem& p : problems) {
     KILN_FUZZ_CHECK(!p.reason.empty());
     KILN_FUZZ_CHECK(!FormatConfigProblem(p).empty());

@@ -101,7 +101,8 @@ void CheckTar(const std::string& tar) {
         KILN_FUZZ_CHECK(len > 0 && p + len <= body.size());
         std::string rec = body.substr(p, len);
         size_t sp = rec.find(' ');
-        if (rec.compare(sp + 1, 5, "path=") == 0) pax_path = rec.substr(sp + 6, rec.size() - sp - 7);
+        if (rec.compare(sp + 1, 5, "path=") == 0)
+          pax_path = rec.substr(sp + 6, rec.size() - sp - 7);
         p += len;
       }
     } else {

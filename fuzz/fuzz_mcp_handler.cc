@@ -3,10 +3,10 @@
 // Input: up to 4 HTTP requests separated by "\n--\n", sent after a fixed initialize that opens a
 // session. Each request's first byte picks the HTTP method, Accept, Content-Type, session id
 // and MCP-Protocol-Version; the rest is the body. Tool calls the handler decides to dispatch
-// run on a FakeToolBackend (zero build time, one per process) and are assembled by McpResponseStream.
-// Invariants: Handle never throws; JSON replies parse; every dispatched call finishes; a
-// complete JSON-mode stream yields a parseable body. Single-threaded apart from the backend's
-// worker thread; every call has finished before the input ends.
+// run on a FakeToolBackend (zero build time, one per process) and are assembled by
+// McpResponseStream. Invariants: Handle never throws; JSON replies parse; every dispatched call
+// finishes; a complete JSON-mode stream yields a parseable body. Single-threaded apart from the
+// backend's worker thread; every call has finished before the input ends.
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -19,10 +19,10 @@
 
 namespace {
 
-using nlohmann::json;
 using kiln::McpDecision;
 using kiln::McpHandler;
 using kiln::McpRequest;
+using nlohmann::json;
 
 void CheckReply(const kiln::HttpReply& r) {
   KILN_FUZZ_CHECK(r.status >= 100 && r.status < 600);
@@ -71,7 +71,8 @@ void Dispatch(McpHandler& handler, const McpDecision& d) {
     stream.OnDone(i, *results[i], cancelled);
   }
   KILN_FUZZ_CHECK(stream.complete());
-  if (!stream.sse()) KILN_FUZZ_CHECK(!json::parse(stream.JsonBody(), nullptr, false).is_discarded());
+  if (!stream.sse())
+    KILN_FUZZ_CHECK(!json::parse(stream.JsonBody(), nullptr, false).is_discarded());
 }
 
 McpRequest MakeRequest(uint8_t flags, std::string_view body, const std::string& session) {
@@ -85,9 +86,14 @@ McpRequest MakeRequest(uint8_t flags, std::string_view body, const std::string& 
   r.content_type = (flags & 16) ? "text/plain" : "application/json";
   switch ((flags >> 5) & 3) {
     case 0:
-    case 3: r.session_id = session; break;
-    case 1: break;
-    case 2: r.session_id = "bogus"; break;
+    case 3:
+      r.session_id = session;
+      break;
+    case 1:
+      break;
+    case 2:
+      r.session_id = "bogus";
+      break;
   }
   if (flags & 128) r.protocol_version = "2025-03-26";
   r.body = std::string(body);
@@ -112,14 +118,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   init.domain = "d";
   init.accept = "application/json, text/event-stream";
   init.content_type = "application/json";
-  init.body = R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fuzz","version":"1"}}})";
+  init.body =
+      R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fuzz","version":"1"}}})";
   McpDecision first = handler.Handle(init);
   std::string session = first.session_id;
 
   std::string_view in(reinterpret_cast<const char*>(data), size);
   for (std::string_view part : kiln::fuzz::Split(in, "\n--\n", 4)) {
     if (part.empty()) continue;
-    McpDecision d = handler.Handle(MakeRequest(static_cast<uint8_t>(part[0]), part.substr(1), session));
+    McpDecision d =
+        handler.Handle(MakeRequest(static_cast<uint8_t>(part[0]), part.substr(1), session));
     if (d.calls.empty()) {
       CheckReply(d.reply);
     } else {

@@ -17,12 +17,12 @@
 #include <string_view>
 #include <vector>
 
-#define KILN_FUZZ_CHECK(cond)                                                        \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
+#define KILN_FUZZ_CHECK(cond)                                                           \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
       std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                  \
-    }                                                                                \
+      std::abort();                                                                     \
+    }                                                                                   \
   } while (0)
 
 namespace kiln::fuzz {

@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "registry/www_authenticate.h"
 #include "fuzz/fuzz_target.h"
+#include "registry/www_authenticate.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;

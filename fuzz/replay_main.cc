@@ -15,8 +15,7 @@
 #include <string>
 #include <vector>
 
-#define KILN_DECLARE_TARGET(name) \
-  extern "C" int KilnFuzz_##name(const uint8_t* data, size_t size);
+#define KILN_DECLARE_TARGET(name) extern "C" int KilnFuzz_##name(const uint8_t* data, size_t size);
 KILN_DECLARE_TARGET(mcp_handler)
 KILN_DECLARE_TARGET(config_parser)
 KILN_DECLARE_TARGET(diagnostics)
@@ -32,12 +31,9 @@ struct Target {
 };
 
 const Target kTargets[] = {
-    {"mcp_handler", KilnFuzz_mcp_handler},
-    {"config_parser", KilnFuzz_config_parser},
-    {"diagnostics", KilnFuzz_diagnostics},
-    {"www_authenticate", KilnFuzz_www_authenticate},
-    {"layer_writer", KilnFuzz_layer_writer},
-    {"tool_views", KilnFuzz_tool_views},
+    {"mcp_handler", KilnFuzz_mcp_handler},   {"config_parser", KilnFuzz_config_parser},
+    {"diagnostics", KilnFuzz_diagnostics},   {"www_authenticate", KilnFuzz_www_authenticate},
+    {"layer_writer", KilnFuzz_layer_writer}, {"tool_views", KilnFuzz_tool_views},
 };
 
 // Replays every regular file under `dir` (sorted); returns how many ran.

@@ -151,7 +151,8 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
       }
       if (x.failure == HttpFailure::kTls) {
         SetErr(err, 0, "TLSError");
-        return Status::FailedPrecondition(last.message() + " (check the cluster CA of " + source_ + ")");
+        return Status::FailedPrecondition(last.message() + " (check the cluster CA of " + source_ +
+                                          ")");
       }
       SetErr(err, 0, "BadResponse");
       return last;
@@ -331,13 +332,13 @@ Status KubeClient::WatchEndpointSlices(const std::string& ns, const std::string&
                                        const std::string& resource_version, int timeout_seconds,
                                        std::string* out, KubeCallError* err) {
   Object obj{"watch", "endpointslices", "discovery.k8s.io", "", ns};
-  return CallText(obj,
-                  "/apis/discovery.k8s.io/v1/namespaces/" + UrlEncode(ns) +
-                      "/endpointslices?labelSelector=" + UrlEncode(selector) +
-                      "&watch=true&allowWatchBookmarks=true&resourceVersion=" +
-                      UrlEncode(resource_version) +
-                      "&timeoutSeconds=" + std::to_string(timeout_seconds),
-                  out, err);
+  return CallText(
+      obj,
+      "/apis/discovery.k8s.io/v1/namespaces/" + UrlEncode(ns) +
+          "/endpointslices?labelSelector=" + UrlEncode(selector) +
+          "&watch=true&allowWatchBookmarks=true&resourceVersion=" + UrlEncode(resource_version) +
+          "&timeoutSeconds=" + std::to_string(timeout_seconds),
+      out, err);
 }
 
 }  // namespace kiln

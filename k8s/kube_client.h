@@ -29,8 +29,8 @@
 
 #include <chrono>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -113,8 +113,8 @@ class KubeClient {
 
   // --- Issue 20: worker discovery ---
   /// EndpointSliceList (discovery.k8s.io/v1) matching the label selector. Errors as ListPods.
-  Status ListEndpointSlices(const std::string& ns, const std::string& selector,
-                            nlohmann::json* out, KubeCallError* err = nullptr);
+  Status ListEndpointSlices(const std::string& ns, const std::string& selector, nlohmann::json* out,
+                            KubeCallError* err = nullptr);
   /// A bounded watch of the EndpointSlices after `resource_version`, with bookmarks: *out gets
   /// the raw stream (one JSON watch event per line) the API server sent until it closed the
   /// watch after `timeout_seconds` (keep it below KubeClientOptions::io_timeout). A 410 comes

@@ -571,8 +571,8 @@ TEST_F(FakeApiTest, StalledApiServerFailsTheDeployWithinItsTimeout) {
       }
     };
     const auto t0 = std::chrono::steady_clock::now();
-    DeployResult r = d->Deploy(Request(Image("loop/app", mid_rollout ? kHexC : kHexB)), progress,
-                               nullptr);
+    DeployResult r =
+        d->Deploy(Request(Image("loop/app", mid_rollout ? kHexC : kHexB)), progress, nullptr);
     const auto elapsed = std::chrono::steady_clock::now() - t0;
     Fake("POST", "/_fake/stall?seconds=0");
     EXPECT_TRUE(stalled);

@@ -12,8 +12,8 @@
 #include <sstream>
 #include <thread>
 
-#include "registry/www_authenticate.h"
 #include "common/sha256.h"
+#include "registry/www_authenticate.h"
 
 namespace kiln {
 
@@ -200,7 +200,8 @@ std::optional<std::chrono::milliseconds> RegistryDeadlineLeft() {
 Status RegistryClient::Send(const Origin& origin, const Request& r, Response* resp) {
   Status last;
   const std::string where = "registry " + origin.HostPort();
-  const std::string path = r.target.substr(0, r.target.find('?'));  // the query may hold upload state
+  const std::string path =
+      r.target.substr(0, r.target.find('?'));  // the query may hold upload state
   for (int attempt = 0; attempt < std::max(1, opts_.attempts); ++attempt) {
     // Issue 19: the caller's deadline bounds every step and every retry.
     std::chrono::milliseconds timeout = opts_.io_timeout;

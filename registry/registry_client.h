@@ -1,8 +1,9 @@
 // RegistryClient: a synchronous client of the OCI distribution API (v2) for one registry.
 // HTTP and HTTPS over net/http_client.h (server certificate verified against ca_file or the
 // system store), basic auth from a docker config.json, and the bearer token flow (401
-// WWW-Authenticate -> token endpoint) with a per-scope token cache. Retries 5xx, 429 and connection errors with
-// exponential backoff and jitter. Credentials never appear in a Status message or a log line.
+// WWW-Authenticate -> token endpoint) with a per-scope token cache. Retries 5xx, 429 and connection
+// errors with exponential backoff and jitter. Credentials never appear in a Status message or a log
+// line.
 //
 // Thread-safety: thread-safe; one instance per registry may be shared by many worker threads.
 // Each call opens its own connection; only the auth state (token cache) is shared, under a
@@ -137,7 +138,7 @@ class RegistryClient {
   const RegistryClientOptions opts_;
   std::unique_ptr<Origin> origin_;
   std::string hostport_;
-  std::string basic_;        // "user:pass" base64, empty when none; never logged
+  std::string basic_;                      // "user:pass" base64, empty when none; never logged
   std::shared_ptr<const TlsContext> tls_;  // https only; immutable after construction
 
   std::mutex mu_;

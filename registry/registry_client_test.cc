@@ -20,8 +20,8 @@
 #include <sstream>
 #include <thread>
 
-#include "registry/www_authenticate.h"
 #include "common/sha256.h"
+#include "registry/www_authenticate.h"
 
 namespace kiln {
 namespace {
@@ -634,7 +634,8 @@ TEST(RegistryClientsTest, OneClientPerEndpointNotPerUrl) {
   RegistryClients clients;
   RegistryEndpoint right{"http://127.0.0.1:5000", std::string("/a/auth.json"), std::nullopt};
   RegistryEndpoint wrong{"http://127.0.0.1:5000", std::string("/b/auth.json"), std::nullopt};
-  RegistryEndpoint other_ca{"http://127.0.0.1:5000", std::string("/a/auth.json"), std::string("/ca.pem")};
+  RegistryEndpoint other_ca{"http://127.0.0.1:5000", std::string("/a/auth.json"),
+                            std::string("/ca.pem")};
   RegistryClient* a = clients.Get(right);
   EXPECT_EQ(clients.Get(right), a);
   EXPECT_NE(clients.Get(wrong), a);

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "registry/registry_client.h"
 #include "common/sha256.h"
+#include "registry/registry_client.h"
 
 namespace kiln {
 namespace {

@@ -3,12 +3,11 @@
 // step of a compaction (through a FaultFileSystem hook that kills the child right before the
 // chosen file operation), then reloads and checks: no acknowledged record lost, no id handed
 // out twice, no corruption, no build left running.
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -197,11 +196,12 @@ TEST(StateCrash, SigkillAtRandomPointsAndDuringCompaction) {
     if (r == 0) first_generation = generation;
   }
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("crash test: %zu SIGKILLs (%d during compaction steps), %zu acknowledged builds, "
-              "%zu ack lines, generation %llu -> %llu, %.1f s\n",
-              rounds, kCompactionSteps, acks.builds.size(), acks.lines,
-              static_cast<unsigned long long>(first_generation),
-              static_cast<unsigned long long>(generation), secs);
+  std::printf(
+      "crash test: %zu SIGKILLs (%d during compaction steps), %zu acknowledged builds, "
+      "%zu ack lines, generation %llu -> %llu, %.1f s\n",
+      rounds, kCompactionSteps, acks.builds.size(), acks.lines,
+      static_cast<unsigned long long>(first_generation),
+      static_cast<unsigned long long>(generation), secs);
   EXPECT_GT(generation, first_generation) << "no compaction happened";
 }
 

@@ -68,7 +68,7 @@ class FaultFileSystem : public FileSystem {
   std::array<Fault, kNumOps> faults_{};  // guarded by mu_
   std::array<int, kNumOps> calls_{};     // guarded by mu_
   size_t short_write_bytes_ = 0;         // guarded by mu_
-  std::function<void(Op)> hook_;          // guarded by mu_
+  std::function<void(Op)> hook_;         // guarded by mu_
 };
 
 }  // namespace kiln

@@ -38,7 +38,8 @@ class PosixWritableFile : public WritableFile {
   }
 
   Status Truncate(uint64_t size) override {
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return ErrnoStatus("truncate", path_, errno);
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+      return ErrnoStatus("truncate", path_, errno);
     return Status::Ok();
   }
 
@@ -96,7 +97,8 @@ class PosixFileSystem : public FileSystem {
   }
 
   Status Rename(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus("rename", from + " to " + to, errno);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return ErrnoStatus("rename", from + " to " + to, errno);
     return Status::Ok();
   }
 

@@ -24,8 +24,8 @@ enum class Frame { kOk, kIncomplete, kBad };
 
 // Parses the frame at `off`. Types 1..max_type are accepted, plus kSnapshotType when
 // `snapshot` is set.
-Frame ParseFrame(std::string_view data, size_t off, bool snapshot, JournalRecord* rec,
-                 size_t* next, const char** why) {
+Frame ParseFrame(std::string_view data, size_t off, bool snapshot, JournalRecord* rec, size_t* next,
+                 const char** why) {
   if (data.size() - off < Journal::kHeaderSize) {
     *why = "incomplete header";
     return Frame::kIncomplete;
@@ -84,7 +84,8 @@ std::string Journal::Encode(uint8_t type, std::string_view payload) {
   out.push_back(static_cast<char>(type));
   out.append(payload);
   uint32_t crc = crc32c::Extend(0, out.data() + 4, out.size() - 4);
-  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 4; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xFF);
   return out;
 }
 

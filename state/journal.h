@@ -63,8 +63,8 @@ struct JournalLoad {
   std::string snapshot;                // payload of snapshot-N.snap
   std::vector<JournalRecord> records;  // journal-N.log records, in append order
   uint64_t generation = 0;
-  uint64_t journal_bytes = 0;          // valid bytes in journal-N.log
-  uint64_t truncated_bytes = 0;        // torn tail cut away
+  uint64_t journal_bytes = 0;            // valid bytes in journal-N.log
+  uint64_t truncated_bytes = 0;          // torn tail cut away
   std::vector<std::string> corruptions;  // "journal-N.log offset X: N bytes skipped (reason)"
   std::vector<std::string> notes;        // leftovers removed, etc.
 };
@@ -121,8 +121,8 @@ class Journal {
   std::unique_ptr<WritableFile> file_;
   uint64_t generation_ = 0;
   uint64_t size_ = 0;
-  bool damaged_ = false;      // the file may hold bytes past size_: Repair before appending
-  bool dir_unsynced_ = false; // a compaction's rename is not known durable yet
+  bool damaged_ = false;       // the file may hold bytes past size_: Repair before appending
+  bool dir_unsynced_ = false;  // a compaction's rename is not known durable yet
   bool had_corruption_ = false;
 };
 

@@ -103,8 +103,8 @@ TEST(Journal, TornTailAtEveryOffset) {
     j.reset();
     JournalLoad again;
     OpenOk(d.path(), &again);
-    EXPECT_EQ(Payloads(again),
-              (std::vector<std::string>{Payload(0), Payload(1), Payload(9)})) << cut;
+    EXPECT_EQ(Payloads(again), (std::vector<std::string>{Payload(0), Payload(1), Payload(9)}))
+        << cut;
   }
 }
 
@@ -167,7 +167,8 @@ TEST(Journal, FlippedBitInTheMiddleIsReported) {
     }
     JournalLoad l;
     OpenOk(d.path(), &l);
-    EXPECT_EQ(Payloads(l), (std::vector<std::string>{Payload(0), Payload(1), Payload(3), Payload(4)}))
+    EXPECT_EQ(Payloads(l),
+              (std::vector<std::string>{Payload(0), Payload(1), Payload(3), Payload(4)}))
         << bit_at;
     ASSERT_EQ(l.corruptions.size(), 1u);
     EXPECT_NE(l.corruptions[0].find("offset " + std::to_string(2 * rec)), std::string::npos)
@@ -192,7 +193,7 @@ TEST(Journal, CompactionSwitchesGeneration) {
     ASSERT_TRUE(j->Append(2, Payload(100)).ok());
   }
   EXPECT_EQ(Files(d.path()), (std::vector<std::string>{"LOCK", "journal-0000000000000001.log",
-                                                      "snapshot-0000000000000001.snap"}));
+                                                       "snapshot-0000000000000001.snap"}));
   {
     JournalLoad l;
     auto j = OpenOk(d.path(), &l, o);
@@ -240,7 +241,7 @@ TEST(Journal, LeftoversOfInterruptedCompactions) {
   EXPECT_EQ(l.snapshot, "S1");
   EXPECT_TRUE(l.records.empty());
   EXPECT_EQ(Files(d.path()), (std::vector<std::string>{"LOCK", "journal-0000000000000001.log",
-                                                      "snapshot-0000000000000001.snap"}));
+                                                       "snapshot-0000000000000001.snap"}));
 }
 
 TEST(Journal, CorruptSnapshotFailsLoudly) {
@@ -296,7 +297,8 @@ class JournalFaults : public ::testing::Test {
     while (off < data.size()) {
       std::string enc;
       ASSERT_GE(data.size() - off, Journal::kHeaderSize);
-      uint32_t len = static_cast<uint8_t>(data[off + 4]) | static_cast<uint8_t>(data[off + 5]) << 8 |
+      uint32_t len = static_cast<uint8_t>(data[off + 4]) |
+                     static_cast<uint8_t>(data[off + 5]) << 8 |
                      static_cast<uint8_t>(data[off + 6]) << 16;
       std::string payload = data.substr(off + Journal::kHeaderSize, len);
       ASSERT_EQ(data.substr(off, Journal::kHeaderSize + len),

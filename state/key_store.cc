@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/file_util.h"
 #include "common/json_text.h"
@@ -18,8 +17,9 @@ Status KeyStore::Save(const std::string& key, const BuildOutcome& o) const {
   if (!IsSha256Hex(key)) return Status::InvalidArgument("bad key");
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  nlohmann::json j = {{"key", key},         {"image_ref", o.image_ref}, {"digest", o.digest},
-                      {"built_by", o.built_by}, {"commit", o.commit},  {"build_ms", o.build_ms},
+  nlohmann::json j = {{"key", key},          {"image_ref", o.image_ref},
+                      {"digest", o.digest},  {"built_by", o.built_by},
+                      {"commit", o.commit},  {"build_ms", o.build_ms},
                       {"push_ms", o.push_ms}};
   return WriteFileAtomic(dir_ + "/" + key + ".json", DumpJson(j) + "\n", 0600);
 }

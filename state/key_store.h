@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/build_types.h"
 #include "common/status.h"
+#include "core/build_types.h"
 
 namespace kiln {
 

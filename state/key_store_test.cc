@@ -43,7 +43,8 @@ TEST(KeyStoreTest, EntriesSurviveANewInstanceInSaveOrder) {
     ASSERT_TRUE(keys.Save(Key(1), Succeeded("b-3", 'd')).ok());  // replaced, now the newest
   }
   // Distinct mtimes for the order (file systems with coarse timestamps).
-  fs::last_write_time(dir + "/" + Key(2) + ".json", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::last_write_time(dir + "/" + Key(2) + ".json",
+                      fs::file_time_type::clock::now() - std::chrono::hours(1));
   auto all = KeyStore(dir).LoadAll();
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].first, Key(2));
@@ -80,10 +81,12 @@ TEST(KeyStoreTest, InvalidFilesAreSkipped) {
   const std::string dir = t.path() + "/keys";
   KeyStore keys(dir);
   ASSERT_TRUE(keys.Save(Key(1), Succeeded("b-1", 'a')).ok());
-  std::ofstream(dir + "/" + Key(2) + ".json") << "{torn";                                 // not JSON
-  std::ofstream(dir + "/" + Key(3) + ".json") << "{\"key\":\"" << Key(4) << "\",\"digest\":\"sha256:"
-                                              << std::string(64, 'a') << "\"}";         // wrong key
-  std::ofstream(dir + "/" + Key(5) + ".json") << "{\"key\":\"" << Key(5) << "\",\"digest\":\"md5:x\"}";
+  std::ofstream(dir + "/" + Key(2) + ".json") << "{torn";  // not JSON
+  std::ofstream(dir + "/" + Key(3) + ".json")
+      << "{\"key\":\"" << Key(4) << "\",\"digest\":\"sha256:" << std::string(64, 'a')
+      << "\"}";  // wrong key
+  std::ofstream(dir + "/" + Key(5) + ".json")
+      << "{\"key\":\"" << Key(5) << "\",\"digest\":\"md5:x\"}";
   std::ofstream(dir + "/notes.txt") << "hello";
   std::ofstream(dir + "/" + Key(6) + ".json.tmp-1-1") << "{}";  // a writer that died
   auto all = keys.LoadAll();

@@ -4,7 +4,6 @@
 // the fixture is also left in DIR/state (4 domains "domain0".."domain3" of 20 candidates), for
 // bench/restart_bench.sh.
 #include <gtest/gtest.h>
-
 #include <time.h>
 
 #include <chrono>
@@ -31,7 +30,7 @@ double LoadSeconds(const std::string& dir, LoadSummary* sum, double* cpu) {
   auto t0 = std::chrono::steady_clock::now();
   double c0 = CpuSeconds();
   StateStoreOptions o;
-  o.max_builds_per_candidate = kBuilds;        // keep them all
+  o.max_builds_per_candidate = kBuilds;           // keep them all
   o.compact_threshold_bytes = uint64_t{1} << 40;  // measure the load, not a compaction
   StateStore store(o);
   Status s = store.Load(dir, sum);
@@ -89,10 +88,10 @@ TEST(StateLoadBench, TenThousandBuilds) {
   double snapshot_s = LoadSeconds(dir.path(), &from_snapshot, &snapshot_cpu);
   EXPECT_GE(from_snapshot.generation, 1u);
   EXPECT_EQ(from_snapshot.journal_records, 0u);
-  std::printf("load of %d builds: journal (%d records, %.1f MB) %.3f s wall / %.3f s cpu; "
-              "snapshot %.3f s wall / %.3f s cpu\n",
-              kBuilds, 2 * kBuilds, journal_bytes / 1e6, journal_s, journal_cpu, snapshot_s,
-              snapshot_cpu);
+  std::printf(
+      "load of %d builds: journal (%d records, %.1f MB) %.3f s wall / %.3f s cpu; "
+      "snapshot %.3f s wall / %.3f s cpu\n",
+      kBuilds, 2 * kBuilds, journal_bytes / 1e6, journal_s, journal_cpu, snapshot_s, snapshot_cpu);
   if (const char* keep = std::getenv("KILN_LOAD_BENCH_STATE_DIR")) {
     namespace fs = std::filesystem;
     fs::create_directories(fs::path(keep) / "state");

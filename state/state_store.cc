@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 namespace kiln {
@@ -54,7 +53,9 @@ std::string FormatId(char prefix, uint64_t seq) {
 }
 
 json TimingsJson(const BuildTimings& t) {
-  json j = {{"queued_ms", t.queued_ms}, {"build_ms", t.build_ms}, {"push_ms", t.push_ms},
+  json j = {{"queued_ms", t.queued_ms},
+            {"build_ms", t.build_ms},
+            {"push_ms", t.push_ms},
             {"total_ms", t.total_ms}};
   if (!t.parts.empty()) j["parts"] = t.parts;  // issue 18
   return j;
@@ -165,8 +166,8 @@ struct StateStore::Model {
   std::map<std::string, DeployRecord> deployed;
   std::map<std::string, DeployRecord> latest_deploy;
   uint64_t next_order = 1;
-  uint64_t next_seq = 1;       // next build id sequence number to assign
-  uint64_t reserved_seq = 1;   // ids below this were reserved by an older kiln (kReserveIds)
+  uint64_t next_seq = 1;      // next build id sequence number to assign
+  uint64_t reserved_seq = 1;  // ids below this were reserved by an older kiln (kReserveIds)
   uint64_t next_deploy_seq = 1;
   std::vector<BuildId> duplicate_terminal;  // replay only: finishes of already final builds
   std::vector<BuildId> duplicate_started;   // replay only: a start of an existing id
@@ -233,15 +234,25 @@ struct StateStore::Model {
 
   void Apply(uint8_t type, const json& j) {
     switch (type) {
-      case kBuildStarted: ApplyStarted(BuildFrom(j)); break;
-      case kBuildFinished: ApplyFinished(j); break;
-      case kDeploy: ApplyDeploy(DeployFrom(j)); break;
-      case kInterrupted: ApplyInterrupted(j); break;
+      case kBuildStarted:
+        ApplyStarted(BuildFrom(j));
+        break;
+      case kBuildFinished:
+        ApplyFinished(j);
+        break;
+      case kDeploy:
+        ApplyDeploy(DeployFrom(j));
+        break;
+      case kInterrupted:
+        ApplyInterrupted(j);
+        break;
       case kReserveIds:
         reserved_seq = std::max(reserved_seq, j.at("upto").get<uint64_t>());
         break;
-      case kCacheDrop: break;  // older versions kept a build-key cache here (now state/key_store.h)
-      default: throw std::invalid_argument("unknown record type " + std::to_string(type));
+      case kCacheDrop:
+        break;  // older versions kept a build-key cache here (now state/key_store.h)
+      default:
+        throw std::invalid_argument("unknown record type " + std::to_string(type));
     }
   }
 
@@ -411,9 +422,9 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
   summary->truncated_bytes = jl.truncated_bytes;
   summary->corruptions = std::move(jl.corruptions);
   summary->notes.insert(summary->notes.end(), jl.notes.begin(), jl.notes.end());
-  summary->load_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count();
+  summary->load_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   return Status::Ok();
 }
 
@@ -470,7 +481,8 @@ Status StateStore::RecordBuildStarted(BuildRecord* build) {
   }
   BuildRecord b = *build;
   if (b.id.empty()) b.id = FormatBuildId(model_->next_seq);
-  if (model_->builds.count(b.id)) return Status::InvalidArgument("build " + b.id + " already exists");
+  if (model_->builds.count(b.id))
+    return Status::InvalidArgument("build " + b.id + " already exists");
   if (b.started_at_ms == 0) b.started_at_ms = Now();
   s = Commit(kBuildStarted, Dump(BuildJson(b)));
   if (s.ok()) *build = std::move(b);

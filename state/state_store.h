@@ -45,15 +45,15 @@
 #include <utility>
 #include <vector>
 
-#include "core/build_types.h"
 #include "common/status.h"
+#include "core/build_types.h"
 #include "state/journal.h"
 
 namespace kiln {
 
 /// One build as the store remembers it.
 struct BuildRecord {
-  BuildId id;             // "b-<16 hex>"; assigned by RecordBuildStarted when empty
+  BuildId id;  // "b-<16 hex>"; assigned by RecordBuildStarted when empty
   std::string domain;
   std::string candidate;
   std::string commit;
@@ -63,8 +63,8 @@ struct BuildRecord {
   std::string digest;     // "sha256:<hex>" when succeeded
   std::vector<Diagnostic> diagnostics;
   BuildTimings timings;
-  std::string error;      // failure reason (never a credential)
-  std::string error_kind; // actors/build_failure.h vocabulary; "" on success (and old records)
+  std::string error;       // failure reason (never a credential)
+  std::string error_kind;  // actors/build_failure.h vocabulary; "" on success (and old records)
   bool cache_hit = false;
   int64_t started_at_ms = 0;   // wall clock (unix ms); filled by RecordBuildStarted when 0
   int64_t finished_at_ms = 0;  // filled by RecordBuildFinished when 0
@@ -81,8 +81,8 @@ struct BuildFinish {
   std::string error;
   std::string error_kind;
   bool cache_hit = false;
-  std::string commit;     // when known only now (resolved after the start); "" keeps the old
-  std::string build_key;  // likewise
+  std::string commit;          // when known only now (resolved after the start); "" keeps the old
+  std::string build_key;       // likewise
   int64_t finished_at_ms = 0;  // 0: now
 };
 
@@ -92,10 +92,10 @@ struct DeployRecord {
                           // from the store's sequence ("d-<16 hex>") when empty
   std::string domain;
   BuildId build_id;
-  std::string image;      // image reference deployed
-  std::string status;     // "in_progress", "rolled_out", "failed" (DeployState names)
-  std::string reason;     // why (failure reason, "rollback", ...)
-  int64_t at_ms = 0;      // filled when 0
+  std::string image;   // image reference deployed
+  std::string status;  // "in_progress", "rolled_out", "failed" (DeployState names)
+  std::string reason;  // why (failure reason, "rollback", ...)
+  int64_t at_ms = 0;   // filled when 0
 };
 
 struct StateStoreOptions {
@@ -114,15 +114,15 @@ struct StateStoreOptions {
 /// What Load found.
 struct LoadSummary {
   size_t builds = 0;
-  size_t deploys = 0;        // domains with a deploy record
-  std::vector<BuildId> interrupted;  // builds marked interrupted by this load
+  size_t deploys = 0;                       // domains with a deploy record
+  std::vector<BuildId> interrupted;         // builds marked interrupted by this load
   std::vector<BuildId> duplicate_terminal;  // a 2nd terminal record of a build (ignored)
   std::vector<BuildId> duplicate_started;   // a 2nd start record of a build id (ignored)
   uint64_t generation = 0;
   uint64_t journal_records = 0;
-  uint64_t truncated_bytes = 0;      // torn tail cut away
+  uint64_t truncated_bytes = 0;  // torn tail cut away
   std::vector<std::string> corruptions;
-  std::vector<std::string> notes;    // leftovers removed, unknown records skipped, ...
+  std::vector<std::string> notes;  // leftovers removed, unknown records skipped, ...
   int64_t load_ms = 0;
 };
 

@@ -98,7 +98,8 @@ TEST_F(StateStoreTest, RoundTripEverything) {
   EXPECT_EQ(a->candidate, "main");
   EXPECT_EQ(a->build_key, Key(1));
   EXPECT_EQ(a->timings.build_ms, 1200);
-  EXPECT_EQ(a->timings.parts, (std::map<std::string, int64_t>{{"push_ms", 300}, {"resolve_ms", 7}}));
+  EXPECT_EQ(a->timings.parts,
+            (std::map<std::string, int64_t>{{"push_ms", 300}, {"resolve_ms", 7}}));
   EXPECT_GT(a->finished_at_ms, a->started_at_ms);
   auto b = s->Build(failed_id);
   ASSERT_TRUE(b);

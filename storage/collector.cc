@@ -64,12 +64,16 @@ StorageCollector::StorageCollector(std::shared_ptr<const Config> config, std::st
       state_dir_(std::move(state_dir)),
       leases_(std::move(leases)),
       gate_(std::move(gate)) {
-  metrics_.DeclareGauge("kiln_storage_bytes",
-                        "Bytes kiln keeps in its state directory, per domain (\"\": shared) and kind");
-  metrics_.DeclareGauge("kiln_storage_budget_bytes", "Storage budget in bytes (domain \"\": storage.max_gb)");
-  metrics_.DeclareGauge("kiln_storage_over_budget",
-                        "1 while the domain stays over its budget after collection (builds refused)");
-  metrics_.DeclareCounter("kiln_storage_collected_bytes_total", "Bytes deleted by the storage collector");
+  metrics_.DeclareGauge(
+      "kiln_storage_bytes",
+      "Bytes kiln keeps in its state directory, per domain (\"\": shared) and kind");
+  metrics_.DeclareGauge("kiln_storage_budget_bytes",
+                        "Storage budget in bytes (domain \"\": storage.max_gb)");
+  metrics_.DeclareGauge(
+      "kiln_storage_over_budget",
+      "1 while the domain stays over its budget after collection (builds refused)");
+  metrics_.DeclareCounter("kiln_storage_collected_bytes_total",
+                          "Bytes deleted by the storage collector");
   metrics_.DeclareCounter("kiln_storage_collections_total", "Storage collections run");
 }
 

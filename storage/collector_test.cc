@@ -1,10 +1,10 @@
 #include "storage/collector.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>

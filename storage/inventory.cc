@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -57,9 +56,12 @@ Usage Measure(const std::string& path) {
 // (local deploy blobs); 0 when `name` is not one.
 pid_t TempWriter(const std::string& name) {
   size_t at = std::string::npos;
-  if (name.rfind(".tmp-", 0) == 0) at = 5;
-  else if (size_t t = name.rfind(".tmp"); t != std::string::npos && t > 0) at = t + 4;
-  if (at == std::string::npos || at >= name.size() || !isdigit(static_cast<unsigned char>(name[at])))
+  if (name.rfind(".tmp-", 0) == 0)
+    at = 5;
+  else if (size_t t = name.rfind(".tmp"); t != std::string::npos && t > 0)
+    at = t + 4;
+  if (at == std::string::npos || at >= name.size() ||
+      !isdigit(static_cast<unsigned char>(name[at])))
     return 0;
   long pid = std::strtol(name.c_str() + at, nullptr, 10);
   return pid > 0 && pid < (1L << 30) ? static_cast<pid_t>(pid) : 0;

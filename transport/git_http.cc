@@ -22,8 +22,8 @@
 
 #include "common/file_util.h"
 #include "common/json_text.h"
-#include "common/subprocess.h"
 #include "common/names.h"
+#include "common/subprocess.h"
 #include "workspace/git_repo.h"
 
 namespace kiln {
@@ -343,15 +343,15 @@ std::vector<GitRefUpdate> ParseReceivePackCommands(const std::string& body) {
       if (!hex(c)) return out;  // not pkt-lines (a compressed body, or the pack itself)
       len = len * 16 + static_cast<size_t>(c <= '9' ? c - '0' : c - 'a' + 10);
     }
-    if (len == 0) break;                               // flush: the commands end here
-    if (len < 4 || pos + len > body.size()) break;     // malformed or cut short
+    if (len == 0) break;                            // flush: the commands end here
+    if (len < 4 || pos + len > body.size()) break;  // malformed or cut short
     std::string line = body.substr(pos + 4, len - 4);
     pos += len;
-    line = line.substr(0, line.find('\0'));          // capabilities follow the first command
+    line = line.substr(0, line.find('\0'));  // capabilities follow the first command
     if (!line.empty() && line.back() == '\n') line.pop_back();
     size_t a = line.find(' ');
     size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
-    if (b == std::string::npos) continue;              // shallow, push-cert, ...
+    if (b == std::string::npos) continue;  // shallow, push-cert, ...
     GitRefUpdate u{line.substr(0, a), line.substr(a + 1, b - a - 1), line.substr(b + 1)};
     if (is_id(u.old_id) && is_id(u.new_id) && !u.ref.empty()) out.push_back(std::move(u));
   }
@@ -624,7 +624,8 @@ Status GitHttpHandler::WriteBusyFile(DomainState& d, const std::set<std::string>
     content += '\n';
   }
   std::lock_guard<std::mutex> lock(d.busy_mu);
-  return WriteFileAtomic(d.busy_path, content, 0644, Durability::kAtomicOnly);  // rewritten per push
+  return WriteFileAtomic(d.busy_path, content, 0644,
+                         Durability::kAtomicOnly);  // rewritten per push
 }
 
 void GitHttpHandler::Serve(GitHttpRoute route, HttpRequest request,

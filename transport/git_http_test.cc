@@ -764,7 +764,8 @@ TEST_F(GitHttpE2ETest, LandedRefUpdatesAreToldBeforeThePushReturns) {
     told.clear();
   }
   std::string c2 = Commit(a, "g", "2");
-  GitOk(a, {"push", "-q", "origin", "HEAD:refs/heads/zz", "HEAD:refs/heads/c2", "HEAD:refs/heads/c1"});
+  GitOk(a,
+        {"push", "-q", "origin", "HEAD:refs/heads/zz", "HEAD:refs/heads/c2", "HEAD:refs/heads/c1"});
   {
     std::lock_guard<std::mutex> l(mu);
     ASSERT_EQ(told.size(), 3u);

@@ -653,8 +653,8 @@ McpHandler::Options HandlerOptions(const Config& config, const HttpServerOptions
   h.server_version = o.version;
   h.instructions = o.instructions;
   // Issue 16: the exact remote ("<domain>" is filled in per session by McpHandler).
-  const std::string public_url =
-      config.server.public_url.empty() ? "http://" + config.server.listen : config.server.public_url;
+  const std::string public_url = config.server.public_url.empty() ? "http://" + config.server.listen
+                                                                  : config.server.public_url;
   for (size_t at = h.instructions.find("<kiln>"); at != std::string::npos;
        at = h.instructions.find("<kiln>", at + public_url.size()))
     h.instructions.replace(at, 6, public_url);

@@ -43,8 +43,8 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "config/config.h"
-#include "transport/auth.h"
 #include "core/tool_backend.h"
+#include "transport/auth.h"
 #include "transport/tool_catalog.h"
 
 namespace kiln {

@@ -27,11 +27,11 @@ std::chrono::seconds CallTimeout(const ToolCall& call, const CallTimeouts& timeo
 }
 
 ToolResult CallTimeoutResult(const ToolCall& call, std::chrono::seconds timeout) {
-  std::string what = call.tool == "build_candidate"    ? "the build may still be running: check "
-                                                         "candidate_status before calling again"
-                     : CallWaitsForWork(call)          ? "the deploy may still be running: check "
-                                                         "candidate_status before calling again"
-                                                       : "retry the call";
+  std::string what = call.tool == "build_candidate" ? "the build may still be running: check "
+                                                      "candidate_status before calling again"
+                     : CallWaitsForWork(call)       ? "the deploy may still be running: check "
+                                                      "candidate_status before calling again"
+                                                    : "retry the call";
   nlohmann::json j = {{"error", "kiln did not answer " + call.tool + " within " +
                                     std::to_string(timeout.count()) + " s; " + what},
                       {"error_kind", "timeout"}};

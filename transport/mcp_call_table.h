@@ -51,9 +51,9 @@ class McpCallTable {
     std::string tool;
     ToolBackend::ProgressFn progress;
     ToolBackend::DoneFn done;
-    std::string build_id;         // known once the domain reported it (started)
-    bool cancel_pending = false;  // cancelled before the build id was known
-    bool disconnected = false;    // the client closed the call's stream (waits no more)
+    std::string build_id;               // known once the domain reported it (started)
+    bool cancel_pending = false;        // cancelled before the build id was known
+    bool disconnected = false;          // the client closed the call's stream (waits no more)
     bool cancel_on_disconnect = false;  // ... and the domain says cancel (build id not known yet)
   };
 

@@ -5,7 +5,8 @@
 namespace kiln {
 namespace {
 
-McpCallTable::Entry E(const std::string& domain, const std::string& tool, int* done_count = nullptr) {
+McpCallTable::Entry E(const std::string& domain, const std::string& tool,
+                      int* done_count = nullptr) {
   McpCallTable::Entry e;
   e.domain = domain;
   e.tool = tool;
@@ -18,9 +19,9 @@ McpCallTable::Entry E(const std::string& domain, const std::string& tool, int* d
 TEST(McpCallTable, CancelBeforeTheBuildIdIsKnownIsAnsweredByStarted) {
   McpCallTable t;
   ASSERT_TRUE(t.Add(1, E("a", "build_candidate")));
-  EXPECT_EQ(t.Cancel(1), std::nullopt);           // no build id yet: pending
+  EXPECT_EQ(t.Cancel(1), std::nullopt);                               // no build id yet: pending
   EXPECT_EQ(t.Started(1, "b-1"), std::optional<std::string>("b-1"));  // cancel it now
-  EXPECT_EQ(t.Started(1, "b-1"), std::nullopt);   // only once
+  EXPECT_EQ(t.Started(1, "b-1"), std::nullopt);                       // only once
 }
 
 TEST(McpCallTable, CancelAfterStartedNamesTheBuild) {
@@ -64,10 +65,10 @@ TEST(McpCallTable, AClosedStreamCancelsOnlyWhenTheDomainSaysSoAndNoOneElseWaits)
   ASSERT_TRUE(t.Add(1, E("a", "build_candidate")));
   ASSERT_TRUE(t.Add(2, E("a", "build_candidate")));
   t.Started(1, "b-1");
-  t.Started(2, "b-1");                         // a second caller joined the same build
+  t.Started(2, "b-1");                             // a second caller joined the same build
   EXPECT_EQ(t.Disconnect(1, true), std::nullopt);  // call 2 still waits: the build keeps running
   EXPECT_EQ(t.Disconnect(2, true), std::optional<std::string>("b-1"));  // the last one: cancel
-  EXPECT_EQ(t.Disconnect(2, true), std::nullopt);  // once
+  EXPECT_EQ(t.Disconnect(2, true), std::nullopt);                       // once
 
   McpCallTable d;  // default (cancel_on_disconnect false): never cancels
   ASSERT_TRUE(d.Add(1, E("a", "build_candidate")));
@@ -94,15 +95,18 @@ TEST(CallTimeout, WaitingCallsGetTheLongDeadlines) {
   CallTimeouts t{std::chrono::seconds(60), std::chrono::seconds(2400), std::chrono::seconds(600)};
   EXPECT_EQ(CallTimeout({"a", "candidate_status", {{"candidate", "x"}}}, t).count(), 60);
   EXPECT_EQ(CallTimeout({"a", "build_candidate", {{"candidate", "x"}}}, t).count(), 2400);
-  EXPECT_EQ(CallTimeout({"a", "build_candidate", {{"candidate", "x"}, {"wait", false}}}, t).count(), 60);
+  EXPECT_EQ(CallTimeout({"a", "build_candidate", {{"candidate", "x"}, {"wait", false}}}, t).count(),
+            60);
   EXPECT_EQ(CallTimeout({"a", "deploy_candidate", {{"candidate", "x"}}}, t).count(), 600);
-  EXPECT_EQ(CallTimeout({"a", "deploy_candidate", {{"candidate", "x"}, {"wait", false}}}, t).count(), 60);
+  EXPECT_EQ(
+      CallTimeout({"a", "deploy_candidate", {{"candidate", "x"}, {"wait", false}}}, t).count(), 60);
   EXPECT_EQ(CallTimeout({"a", "apply", nlohmann::json::object()}, t).count(), 600);
   EXPECT_FALSE(CallWaitsForWork({"a", "build_log", {{"build_id", "b"}}}));
 }
 
 TEST(CallTimeout, TheAnswerSaysTheBuildMayStillRun) {
-  ToolResult r = CallTimeoutResult({"a", "build_candidate", {{"candidate", "x"}}}, std::chrono::seconds(30));
+  ToolResult r =
+      CallTimeoutResult({"a", "build_candidate", {{"candidate", "x"}}}, std::chrono::seconds(30));
   EXPECT_TRUE(r.is_error);
   EXPECT_EQ(r.structured["error_kind"], "timeout");
   std::string msg = r.structured["error"];

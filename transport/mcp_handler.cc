@@ -444,7 +444,8 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
   if (!options_.instructions.empty()) {
     // Issue 16: the session's own domain in the push command.
     std::string text = options_.instructions;
-    for (size_t at = text.find("<domain>"); at != std::string::npos; at = text.find("<domain>", at + request.domain.size()))
+    for (size_t at = text.find("<domain>"); at != std::string::npos;
+         at = text.find("<domain>", at + request.domain.size()))
       text.replace(at, 8, request.domain);
     result["instructions"] = text;
   }
@@ -761,7 +762,8 @@ json McpResponseStream::Render(size_t index, const ToolResult& result) const {
     case McpCallKind::kTaskCreate: {
       const bool deploy = call.call.tool == "deploy_candidate";
       const char* id_field = deploy ? "deploy_id" : "build_id";
-      if (!found || !(deploy ? DeployIsActive(result.structured) : BuildIsActive(result.structured)) ||
+      if (!found ||
+          !(deploy ? DeployIsActive(result.structured) : BuildIsActive(result.structured)) ||
           !result.structured.value(id_field, json()).is_string()) {
         return complete(ToolResultJson(result));  // a quick, final answer stays a plain result
       }
@@ -782,12 +784,13 @@ json McpResponseStream::Render(size_t index, const ToolResult& result) const {
     }
     case McpCallKind::kTaskGet:
       if (!found || !call.task) {
-        return JsonRpcError(id, rpc::kInvalidParams,
-                            call.task->kind == "deploy"
-                                ? "Task not found: kiln no longer knows this deploy (it keeps the "
-                                  "recent ones); candidate_status shows the deployed build"
-                                : "Task not found: its build is no longer in the candidate's history "
-                                  "(or never existed); call build_candidate again");
+        return JsonRpcError(
+            id, rpc::kInvalidParams,
+            call.task->kind == "deploy"
+                ? "Task not found: kiln no longer knows this deploy (it keeps the "
+                  "recent ones); candidate_status shows the deployed build"
+                : "Task not found: its build is no longer in the candidate's history "
+                  "(or never existed); call build_candidate again");
       }
       return complete(TaskJson(*call.task, result, task_timing_));
     case McpCallKind::kTaskCancel:

@@ -42,8 +42,8 @@
 #include <utility>
 #include <vector>
 
-#include "transport/mcp_tasks.h"
 #include "core/tool_backend.h"
+#include "transport/mcp_tasks.h"
 #include "transport/tool_catalog.h"
 
 namespace kiln {

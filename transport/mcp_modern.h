@@ -26,8 +26,8 @@
 // none that kiln acts on (cancellation is closing the request's stream).
 //
 // Every result carries resultType and `_meta["io.modelcontextprotocol/serverInfo"]`. A
-// tools/call of build_candidate or deploy_candidate from a client that lists the tasks extension in this
-// request's clientCapabilities.extensions (and does not pass wait: false) becomes a task (see
+// tools/call of build_candidate or deploy_candidate from a client that lists the tasks extension in
+// this request's clientCapabilities.extensions (and does not pass wait: false) becomes a task (see
 // transport/mcp_tasks.h).
 //
 // Thread-safety: immutable after construction; Handle is const and thread-safe.

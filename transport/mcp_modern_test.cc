@@ -462,8 +462,11 @@ TEST_F(McpModernTest, DeployWithTasksExtensionBecomesADeployTask) {
   EXPECT_EQ(d.calls[0].call.arguments["wait"], false);
   McpResponseStream stream(d, "x");
   stream.OnDone(0,
-                {{{"deploy_id", "d-9"}, {"build_id", "b-7"}, {"candidate", "api"},
-                  {"status", "in_progress"}, {"reason", nullptr}},
+                {{{"deploy_id", "d-9"},
+                  {"build_id", "b-7"},
+                  {"candidate", "api"},
+                  {"status", "in_progress"},
+                  {"reason", nullptr}},
                  false},
                 false);
   json r = json::parse(stream.JsonBody())["result"];
@@ -485,8 +488,11 @@ TEST_F(McpModernTest, DeployWithTasksExtensionBecomesADeployTask) {
   EXPECT_EQ(g.calls[0].call.arguments, json({{"deploy_id", "d-9"}}));
   McpResponseStream gs(g, "y");
   gs.OnDone(0,
-            {{{"deploy_id", "d-9"}, {"status", "failed"}, {"reason", "CrashLoopBackOff"},
-              {"error", "the program exits at start\nmore"}, {"error_kind", "deploy_crash"}},
+            {{{"deploy_id", "d-9"},
+              {"status", "failed"},
+              {"reason", "CrashLoopBackOff"},
+              {"error", "the program exits at start\nmore"},
+              {"error_kind", "deploy_crash"}},
              true},
             false);
   json task = json::parse(gs.JsonBody())["result"];
@@ -528,8 +534,9 @@ TEST(McpTasks, DeployStateMachine) {
   EXPECT_TRUE(DecodeTaskId(EncodeTaskId(ref), "demo"));
   ref.deploy_id.clear();  // a deploy task names its deploy
   EXPECT_FALSE(DecodeTaskId(EncodeTaskId(ref), "demo"));
-  json done = TaskJson({"demo", "deploy", "api", "b-1", kNow, "d-1"},
-                       {{{"status", "rolled_out"}, {"deploy_id", "d-1"}}, false}, {kNow, 3600000, 1000});
+  json done =
+      TaskJson({"demo", "deploy", "api", "b-1", kNow, "d-1"},
+               {{{"status", "rolled_out"}, {"deploy_id", "d-1"}}, false}, {kNow, 3600000, 1000});
   EXPECT_EQ(done["status"], "completed");
   EXPECT_FALSE(done.contains("pollIntervalMs"));
   EXPECT_EQ(done["result"]["isError"], false);

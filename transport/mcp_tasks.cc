@@ -113,8 +113,7 @@ std::optional<TaskRef> DecodeTaskId(std::string_view task_id, const std::string&
   if (t == j.end() || !t->is_number_integer()) return std::nullopt;
   ref.created_ms = t->get<int64_t>();
   if (ref.domain.empty() || ref.domain != domain) return std::nullopt;
-  if (ref.kind == "build" ? ref.build_id.empty()
-                          : ref.kind != "deploy" || ref.deploy_id.empty()) {
+  if (ref.kind == "build" ? ref.build_id.empty() : ref.kind != "deploy" || ref.deploy_id.empty()) {
     return std::nullopt;
   }
   return ref;
@@ -174,7 +173,8 @@ bool DeployIsActive(const json& deploy) { return StatusOf(deploy) == "in_progres
 
 std::string TaskStatusForDeploy(const json& deploy) {
   if (DeployIsActive(deploy)) return "working";
-  if (StatusOf(deploy) == "failed" && StringField(deploy, "reason") == "Cancelled") return "cancelled";
+  if (StatusOf(deploy) == "failed" && StringField(deploy, "reason") == "Cancelled")
+    return "cancelled";
   return "completed";
 }
 

@@ -59,8 +59,10 @@ void OperatorApi::Handle(const HttpRequest& request, std::shared_ptr<HttpRespond
   OperatorRoute route = ParseOperatorRoute(request.method, request.path);
   if (route.status != 0) {
     HttpHeaders headers;
-    if (route.status == 405) headers.emplace_back("Allow", route.message.rfind("use GET", 0) == 0 ? "GET" : "POST");
-    return responder->Reply(route.status, "application/json", JsonError(route.message), std::move(headers));
+    if (route.status == 405)
+      headers.emplace_back("Allow", route.message.rfind("use GET", 0) == 0 ? "GET" : "POST");
+    return responder->Reply(route.status, "application/json", JsonError(route.message),
+                            std::move(headers));
   }
   if (!domains_.count(route.domain))
     return responder->Reply(404, "application/json", JsonError("no such domain"));

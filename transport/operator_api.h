@@ -21,17 +21,17 @@
 #include <string>
 
 #include "config/config.h"
+#include "core/tool_backend.h"
 #include "transport/auth.h"
 #include "transport/http_server.h"
-#include "core/tool_backend.h"
 
 namespace kiln {
 
 /// Pure: what a /v1 request asks for. status 0 when valid.
 struct OperatorRoute {
-  int status = 0;        // else the HTTP status to answer (404, 405)
+  int status = 0;  // else the HTTP status to answer (404, 405)
   std::string message;
-  std::string action;    // "domain_status" | "apply"
+  std::string action;  // "domain_status" | "apply"
   std::string domain;
 };
 OperatorRoute ParseOperatorRoute(const std::string& method, const std::string& path);

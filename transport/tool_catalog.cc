@@ -122,18 +122,20 @@ json BuildCandidate() {
       "`next_step` and compiler diagnostics (repository-relative file:line:column). Then call "
       "deploy_candidate to roll the built image out.",
       InputObject({{"candidate", NameProp("Candidate name (also the default branch).")},
-                   {"ref", {{"type", "string"},
-                            {"maxLength", 200},
-                            {"description",
-                             "Git branch to build, `name` or `refs/heads/name` (default: the "
-                             "branch named after the candidate). Each '/'-separated part follows "
-                             "the candidate name rules."}}},
-                   {"commit", {{"type", "string"},
-                               {"pattern", "^([0-9a-f]{4,40}|[0-9a-f]{64})$"},
-                               {"description",
-                                "Exact commit to build: 4-40 lowercase hex characters (full or "
-                                "abbreviated SHA-1) or 64 (SHA-256). It must be in the pushed "
-                                "history."}}},
+                   {"ref",
+                    {{"type", "string"},
+                     {"maxLength", 200},
+                     {"description",
+                      "Git branch to build, `name` or `refs/heads/name` (default: the "
+                      "branch named after the candidate). Each '/'-separated part follows "
+                      "the candidate name rules."}}},
+                   {"commit",
+                    {{"type", "string"},
+                     {"pattern", "^([0-9a-f]{4,40}|[0-9a-f]{64})$"},
+                     {"description",
+                      "Exact commit to build: 4-40 lowercase hex characters (full or "
+                      "abbreviated SHA-1) or 64 (SHA-256). It must be in the pushed "
+                      "history."}}},
                    {"wait",
                     {{"type", "boolean"},
                      {"default", true},
@@ -166,10 +168,13 @@ json BuildLog() {
       "with kiln's one-line reason (`kiln: ...`). tail=N returns the last N bytes instead (where "
       "compilers and failing tests print last); not with offset or limit.",
       InputObject(
-          {{"build_id", {{"type", "string"},
-                         {"pattern", "^b-[0-9a-f]{16}$"},
-                         {"description", "Build identifier (b- and 16 lowercase hex), as build_candidate returned it."}}},
-           {"offset", {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset (default 0)."}}},
+          {{"build_id",
+            {{"type", "string"},
+             {"pattern", "^b-[0-9a-f]{16}$"},
+             {"description",
+              "Build identifier (b- and 16 lowercase hex), as build_candidate returned it."}}},
+           {"offset",
+            {{"type", "integer"}, {"minimum", 0}, {"description", "Byte offset (default 0)."}}},
            {"limit",
             {{"type", "integer"},
              {"minimum", 1},
@@ -190,13 +195,15 @@ json BuildLog() {
 }
 
 json CancelBuild() {
-  return Tool("cancel_build", "Cancel build",
-              "Cancel a queued or running build. Cancelling a finished build changes nothing.",
-              InputObject({{"build_id", BuildIdProp("Build identifier (b- and 16 lowercase hex).")}}, {"build_id"}),
-              OpenObject({{"build_id", Nullable({{"type", "string"}})},
-                          {"status", Nullable({{"type", "string"}})},
-                          {"error", Nullable({{"type", "string"}})}}),
-              Annotations(false, false, true));
+  return Tool(
+      "cancel_build", "Cancel build",
+      "Cancel a queued or running build. Cancelling a finished build changes nothing.",
+      InputObject({{"build_id", BuildIdProp("Build identifier (b- and 16 lowercase hex).")}},
+                  {"build_id"}),
+      OpenObject({{"build_id", Nullable({{"type", "string"}})},
+                  {"status", Nullable({{"type", "string"}})},
+                  {"error", Nullable({{"type", "string"}})}}),
+      Annotations(false, false, true));
 }
 
 json ListCandidates() {
@@ -221,11 +228,12 @@ json DeployCandidate() {
       "deploy has isError=true, `reason` (ProgressDeadlineExceeded, ImagePullBackOff, "
       "ErrImagePull, CrashLoopBackOff, Unauthorized, Forbidden, NotFound, Unavailable, Timeout, "
       "StartFailed, HealthCheckFailed, Superseded) and `message`.",
-      InputObject({{"candidate", NameProp("Candidate name.")},
-                   {"build_id", BuildIdProp("Build to deploy (default: the candidate's latest successful "
-                                            "build); it must be a build of this candidate.")},
-                   {"wait", {{"type", "boolean"}, {"default", true}}}},
-                  {"candidate"}),
+      InputObject(
+          {{"candidate", NameProp("Candidate name.")},
+           {"build_id", BuildIdProp("Build to deploy (default: the candidate's latest successful "
+                                    "build); it must be a build of this candidate.")},
+           {"wait", {{"type", "boolean"}, {"default", true}}}},
+          {"candidate"}),
       OpenObject({{"deploy_id", Nullable({{"type", "string"}})},
                   {"build_id", Nullable({{"type", "string"}})},
                   {"image", image},

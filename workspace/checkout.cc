@@ -1,8 +1,5 @@
 #include "workspace/checkout.h"
 
-#include "common/file_util.h"
-#include "common/safe_remove.h"
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
@@ -18,7 +15,9 @@
 #include <future>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/names.h"
+#include "common/safe_remove.h"
 
 namespace kiln {
 namespace {
@@ -107,8 +106,7 @@ class WorkspaceGit {
     GitResult r;
     Status s = Run({"clean", "-ffdxq"}, &r);
     // Exit 1: some files still differ (read-tree rewrites them).
-    if (s.ok() && refresh)
-      s = Run({"update-index", "-q", "--refresh"}, &r, /*allow_exit_1=*/true);
+    if (s.ok() && refresh) s = Run({"update-index", "-q", "--refresh"}, &r, /*allow_exit_1=*/true);
     if (s.ok()) s = Run({"read-tree", "--reset", "-u", "--end-of-options", tree}, &r);
     if (s.ok()) {
       std::future<void> side;

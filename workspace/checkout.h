@@ -46,8 +46,8 @@ class Checkout {
   /// without expanding it.
   /// Returns InvalidArgument for a malformed id or relative path, NotFound when the id is not a
   /// commit or tree in `repo`, ResourceExhausted (message naming the limit and its config key;
-  /// nothing written) when the tree exceeds a limit, Internal when git or the file system fails (the workspace is then
-  /// in an unspecified state; the next Update recovers with a full reset).
+  /// nothing written) when the tree exceeds a limit, Internal when git or the file system fails
+  /// (the workspace is then in an unspecified state; the next Update recovers with a full reset).
   static Status Update(const GitRepo& repo, const std::string& commit_or_tree,
                        const std::string& workspace_dir, CheckoutStats* stats);
 

@@ -1,7 +1,7 @@
 #include "workspace/checkout.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -187,7 +187,7 @@ TEST_F(CheckoutTest, EditWithRestoredMtimeIsUndone) {
   struct stat st {};
   ASSERT_EQ(::lstat(a.c_str(), &st), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a ctime git can tell apart
-  WriteFile(a, "package a // tampered\n");  // same size
+  WriteFile(a, "package a // tampered\n");                       // same size
   const timespec times[2] = {st.st_atim, st.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, a.c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
   clone_->Write("b.go", "b2\n");

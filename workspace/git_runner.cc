@@ -1,7 +1,5 @@
 #include "workspace/git_runner.h"
 
-#include "common/subprocess.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,6 +12,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+
+#include "common/subprocess.h"
 
 namespace kiln {
 namespace {
@@ -211,8 +211,7 @@ GitRunner* DefaultGitRunner() {
   return runner;
 }
 
-GitDeadlineScope::GitDeadlineScope(std::chrono::steady_clock::time_point deadline,
-                                   std::string what)
+GitDeadlineScope::GitDeadlineScope(std::chrono::steady_clock::time_point deadline, std::string what)
     : prev_deadline_(tls_git_deadline), prev_what_(tls_git_deadline_what) {
   tls_git_deadline = deadline;
   tls_git_deadline_what = std::move(what);

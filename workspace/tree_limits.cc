@@ -129,7 +129,9 @@ Status GitObjectSource::ReadTrees(const std::vector<std::string>& ids,
     std::vector<std::string> f = Fields(r.out.substr(pos, eol - pos));
     pos = eol + 1;
     if (f.size() != 3 || f[0] != id) {
-      if (f.size() == 2 && f[1] == "missing") return Status::NotFound("tree " + id + " cannot be read: the domain's repository is corrupt or incomplete");
+      if (f.size() == 2 && f[1] == "missing")
+        return Status::NotFound(
+            "tree " + id + " cannot be read: the domain's repository is corrupt or incomplete");
       return Status::Internal("git cat-file: unexpected output for " + id);
     }
     if (f[1] != "tree") return Status::NotFound("object " + id + " is a " + f[1] + ", not a tree");
@@ -158,7 +160,9 @@ Status GitObjectSource::BlobSizes(const std::vector<std::string>& ids,
   for (const std::string& id : ids) {
     if (!std::getline(in, line)) return Status::Internal("git cat-file: truncated output");
     std::vector<std::string> f = Fields(line);
-    if (f.size() == 2 && f[1] == "missing") return Status::NotFound("blob " + id + " cannot be read: the domain's repository is corrupt or incomplete");
+    if (f.size() == 2 && f[1] == "missing")
+      return Status::NotFound("blob " + id +
+                              " cannot be read: the domain's repository is corrupt or incomplete");
     if (f.size() != 3 || f[0] != id || f[1] != "blob")
       return Status::Internal("git cat-file: unexpected output for " + id);
     try {

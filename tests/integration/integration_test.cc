@@ -338,7 +338,8 @@ class IntegrationTest : public ::testing::Test {
   // Working containers left in the candidate's rootless store (buildah runs as the build user
   // with overlay storage under <storage>/rootless/root): their ids, "" when none.
   std::string WorkingContainers(const std::string& domain, const std::string& cand) {
-    fs::path f = StorageDir(domain, cand) / "rootless" / "root" / "overlay-containers" / "containers.json";
+    fs::path f =
+        StorageDir(domain, cand) / "rootless" / "root" / "overlay-containers" / "containers.json";
     EXPECT_TRUE(fs::exists(StorageDir(domain, cand) / "rootless" / "root")) << "no rootless store";
     std::ifstream in(f);
     if (!in) return "";
@@ -863,11 +864,13 @@ TEST_F(IntegrationTest, SharedBaseStoreServesNewCandidatesAndStaysUnchanged) {
   ExpectPushed(first, kAlpha, tag + "-a");
   const json& parts = first.structured["timings"]["parts"];
   for (const char* p : {"resolve_ms", "base_prep_ms", "build_ms", "export_ms", "push_ms"})
-    EXPECT_TRUE(parts.contains(p) && parts[p].is_number_integer()) << p << " in " << first.structured.dump(2);
+    EXPECT_TRUE(parts.contains(p) && parts[p].is_number_integer())
+        << p << " in " << first.structured.dump(2);
   // The domain's store holds the base, recorded at its registry digest; no candidate store does.
   std::string digest;
   ASSERT_TRUE(registry().ManifestDigest("kiln/busybox:1", &digest).ok());
-  json marker = json::parse(ReadFile(bases / ("u" + std::to_string(pw->pw_uid) + ".json")), nullptr, false);
+  json marker =
+      json::parse(ReadFile(bases / ("u" + std::to_string(pw->pw_uid) + ".json")), nullptr, false);
   ASSERT_TRUE(marker.is_object()) << bases;
   EXPECT_EQ(marker.value(busybox, ""), digest) << marker.dump();
   EXPECT_TRUE(Contains(ReadFile(store / "overlay-images" / "images.json"), "\"" + busybox + "\""));
@@ -880,11 +883,13 @@ TEST_F(IntegrationTest, SharedBaseStoreServesNewCandidatesAndStaysUnchanged) {
   auto snapshot = [&] {
     std::map<std::string, std::pair<uintmax_t, long long>> files;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(store, ec); !ec && it != fs::end(it); it.increment(ec)) {
+    for (auto it = fs::recursive_directory_iterator(store, ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
       struct stat st;
       if (::lstat(it->path().c_str(), &st) != 0) continue;
-      files[it->path().string()] = {static_cast<uintmax_t>(st.st_size),
-                                    static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+      files[it->path().string()] = {
+          static_cast<uintmax_t>(st.st_size),
+          static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
     }
     return files;
   };
@@ -893,7 +898,8 @@ TEST_F(IntegrationTest, SharedBaseStoreServesNewCandidatesAndStaysUnchanged) {
 
   // A new candidate's first build: no fetch, and a build that tries to remove the base from
   // inside its RUN step (it cannot even see the store) changes nothing.
-  ToolResult second = Build(kAlpha, tag + "-b", BusyboxSource("bs-b", "b", "rm -rf /bin/ls; echo done"));
+  ToolResult second =
+      Build(kAlpha, tag + "-b", BusyboxSource("bs-b", "b", "rm -rf /bin/ls; echo done"));
   ExpectPushed(second, kAlpha, tag + "-b");
   std::string log = FullLog(kAlpha, second.structured.value("build_id", ""));
   EXPECT_FALSE(Contains(log, "fetching base image")) << log;
