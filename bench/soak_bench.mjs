@@ -990,7 +990,10 @@ try {
       const r = `${rel}/${e.name}`;
       if (/^\/domains\/[^/]+\/(candidates\/[^/]+\/src|deploy\/rootfs\/[^/]+)$/.test(r)) continue;
       if (/(^\.?tmp[-_.]|\.tmp\d*$|\.tmp-|^incoming-|^tmp_)/.test(e.name)) tmpLeft.push(r);
-      if (e.name === "storage" && e.isDirectory()) tmpLeft.push(`${r} (a buildah storage in layered mode)`);
+      // Layered mode writes its (unlinked) layer file below the candidate's storage/ when it
+      // skips compression (issue 18); a buildah storage there (rootless/) would be a leak.
+      if (e.name === "storage" && e.isDirectory() && fs.existsSync(path.join(dir, e.name, "rootless")))
+        tmpLeft.push(`${r} (a buildah storage in layered mode)`);
       if (e.isDirectory()) walk(path.join(dir, e.name), r);
     }
   };

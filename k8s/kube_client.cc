@@ -104,8 +104,9 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
     if (left.count() <= 0) return std::nullopt;
     return std::min(opts_.io_timeout, left);
   };
+  int last_http = 0;  // the last attempt's HTTP status (5xx/429), 0 when it had no answer
   auto out_of_time = [&]() {
-    SetErr(err, 0, "Unavailable");
+    SetErr(err, last_http, "Unavailable");  // "failing (HTTP 503)" stays that, not "unreachable"
     return Status::Unavailable(where + ": no answer to " + method + " " + path +
                                " before the deploy's deadline" +
                                (last.ok() ? "" : " (last error: " + last.message() + ")"));
@@ -146,6 +147,7 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
       bool retryable = false;
       last = HttpFailureStatus(x, where, path, opts_.max_body_bytes, &retryable);
       if (retryable) {
+        last_http = 0;
         SetErr(err, 0, "Unavailable");
         continue;
       }
@@ -160,6 +162,7 @@ Status KubeClient::Send(const std::string& method, const std::string& target,
     if (resp->status >= 500 || resp->status == 429) {
       last = Status::Unavailable(where + " returned " + std::to_string(resp->status) + " for " +
                                  method + " " + path + Quoted(StatusMessage(resp->body)));
+      last_http = resp->status;
       SetErr(err, resp->status, "Unavailable");
       continue;
     }
