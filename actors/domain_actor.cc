@@ -179,7 +179,7 @@ ToolResult DeployResultById(Self self, const std::string& id) {
       }
       return ToolResult{j, j["status"] != "rolled_out"};
     }
-  return Error("deploy '" + id + "' not found");
+  return Error("deploy '" + id.substr(0, 64) + "' not found");  // the caller's id, bounded
 }
 
 // One tool call, by the routing table (DomainCore::Route).

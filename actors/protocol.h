@@ -144,24 +144,27 @@ constexpr std::chrono::seconds kBuildMargin{300};
 /// push started after the deadline fails on it anyway).
 constexpr std::chrono::seconds kLaneMargin{60};
 
-/// The timeout of a request that may wait for a build of a domain configured with `build`
-/// (build_candidate with wait, kiln build): a build may run for its timeout_s, plus the push
-/// and a margin. A call waiting longer gets a clear "did not answer" error.
-inline std::chrono::seconds BuildReplyTimeout(const BuildConfig& build) {
-  return std::chrono::seconds(build.timeout_s) + kBuildMargin;
-}
+/// How long a waiting build may sit in the scheduler's queue before its own timeout_s starts.
+constexpr std::chrono::seconds kQueueAllowance{1800};
 
 /// What a deploy may take (it may also wait for the domain's running deploy, which a newer
 /// one cancels): Kubernetes by its rollout timeout, a local sandbox by its start timeout
 /// (seconds), plus this margin.
 constexpr std::chrono::seconds kDeployBudget{300};
 
-/// The timeout of a tool call or CLI build to a domain configured with `dc`: the longest any
-/// of its tools may wait (a build with wait; a deploy with wait), plus margins.
-inline std::chrono::seconds ToolCallTimeout(const DomainConfig& dc) {
+/// The one deadline of a call that waits for a build of domain `dc` (build_candidate with
+/// wait through the MCP transport actor, `kiln build`): time in the queue, the build's
+/// timeout_s, then its push and journal. A call waiting longer gets a clear timeout error.
+inline std::chrono::seconds BuildCallTimeout(const DomainConfig& dc) {
+  return kQueueAllowance + std::chrono::seconds(dc.build.timeout_s) + kBuildMargin;
+}
+
+/// The one deadline of a call that waits for a deploy of domain `dc` (deploy_candidate with
+/// wait, apply).
+inline std::chrono::seconds DeployCallTimeout(const DomainConfig& dc) {
   std::chrono::seconds deploy = kDeployBudget;
   if (dc.deploy.kubernetes) deploy += std::chrono::seconds(dc.deploy.kubernetes->rollout_timeout_s);
-  return std::max(BuildReplyTimeout(dc.build), deploy + kBuildMargin);
+  return deploy + kBuildMargin;
 }
 
 /// Registers the protocol's inspectable message types (readable deep_to_string, and required

@@ -225,9 +225,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   std::map<std::string, CallTimeouts> timeouts;
   for (const auto& [name, d] : config->domains) {
     CallTimeouts t;
-    t.build = std::chrono::seconds(d.build.timeout_s + 1800);  // the build plus time in the queue
-    int rollout = d.deploy.kubernetes ? d.deploy.kubernetes->rollout_timeout_s : 300;
-    t.deploy = std::chrono::seconds(rollout + 300);  // plus lookup and image pull
+    t.build = BuildCallTimeout(d);  // actors/protocol.h: the one policy for both callers
+    t.deploy = DeployCallTimeout(d);
     t.cancel_on_disconnect = d.build.cancel_on_disconnect;
     timeouts[name] = t;
   }
@@ -300,7 +299,7 @@ ToolResult Runtime::BuildAndWait(const std::string& domain, const BuildRequest& 
   if (dom == impl_->domains.end()) return {ErrorJson("unknown domain '" + domain + "'"), true};
   caf::scoped_actor self{*impl_->sys};
   ToolResult out{ErrorJson("no result"), true};
-  self->request(dom->second, ToolCallTimeout(impl_->config->domains.at(domain)), build_atom::value,
+  self->request(dom->second, BuildCallTimeout(impl_->config->domains.at(domain)), build_atom::value,
                 req, caf::actor{})
       .receive([&](ToolResult& r) { out = std::move(r); },
                [&](caf::error& e) {

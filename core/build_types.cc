@@ -2,24 +2,16 @@
 
 namespace kiln {
 
+// The wire collapses the in-flight phases into "running"; every other name is the status's own.
 const char* StatusWireName(BuildStatus s) {
   switch (s) {
-    case BuildStatus::kQueued:
-      return "queued";
     case BuildStatus::kResolving:
     case BuildStatus::kRunning:
     case BuildStatus::kPushing:
       return "running";
-    case BuildStatus::kSucceeded:
-      return "succeeded";
-    case BuildStatus::kFailed:
-      return "failed";
-    case BuildStatus::kCancelled:
-      return "cancelled";
-    case BuildStatus::kInterrupted:
-      return "interrupted";
+    default:
+      return BuildStatusName(s);
   }
-  return "failed";
 }
 
 const char* PhaseName(BuildStatus s) {
