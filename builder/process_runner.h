@@ -1,6 +1,9 @@
 // ProcessRunner: runs one subprocess (buildah, git, go, ...) to completion with a bounded,
 // merged output capture, a timeout and cancellation, and kills its whole process group when
-// it ends. An interface so tests can inject faults; PosixProcessRunner is the real one.
+// it ends. An interface so tests can inject faults (FakeProcessRunner in
+// builder/fake_process_runner.h); PosixProcessRunner is the real one, a thin policy layer (PATH
+// lookup, the 25/75 capture, 500 ms TERM grace) over SupervisedProcess
+// (common/process_supervisor.h), which owns the poll/kill/reap mechanics.
 #pragma once
 
 #include <chrono>
@@ -13,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/process_supervisor.h"  // BoundedOutput (the capture's shape)
 #include "common/status.h"
 #include "core/cancel_token.h"
 
@@ -68,8 +72,8 @@ class ProcessRunner {
 
 /// fork/exec based runner. Stateless: one instance may be shared by all threads. The child
 /// gets its own process group, default signal dispositions, an empty signal mask, and no file
-/// descriptors but 0/1/2. SIGPIPE is blocked in the calling thread for the duration of Run, so
-/// a child that closes its stdin early cannot kill kiln.
+/// descriptors but 0/1/2. stdin_data goes through a socket written with MSG_NOSIGNAL, so a child
+/// that closes its stdin early cannot kill kiln with SIGPIPE.
 class PosixProcessRunner : public ProcessRunner {
  public:
   ProcessResult Run(const ProcessSpec& spec, const std::function<void(std::string_view)>& on_output,
@@ -78,22 +82,5 @@ class PosixProcessRunner : public ProcessRunner {
 
 /// Returns the real runner.
 std::unique_ptr<ProcessRunner> MakePosixProcessRunner();
-
-/// Keeps the head (25%) and tail (75%) of a byte stream within a budget. Not thread-safe.
-class BoundedOutput {
- public:
-  explicit BoundedOutput(size_t max_bytes);
-  /// Adds bytes; never fails (excess bytes are counted, then dropped).
-  void Append(std::string_view chunk);
-  /// head + "\n[... N bytes elided ...]\n" + tail, or everything if nothing was elided.
-  std::string Take();
-
- private:
-  const size_t head_max_;
-  const size_t tail_max_;
-  std::string head_;
-  std::string tail_;  // may hold up to 2*tail_max_ before trimming, to amortize erases
-  size_t elided_ = 0;
-};
 
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/process_test_util.h"
 #include "core/cancel_token.h"
 
 namespace kiln {
@@ -29,25 +30,6 @@ ProcessSpec Sh(const std::string& script) {
 
 ProcessResult RunSpec(const ProcessSpec& spec, const CancelToken* cancel = nullptr) {
   return MakePosixProcessRunner()->Run(spec, nullptr, cancel);
-}
-
-bool ProcessAlive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
-
-// Waits up to `limit` for `pid` to disappear (it is not our child, so it may linger as a zombie
-// of init for a moment).
-bool GoneWithin(pid_t pid, milliseconds limit) {
-  auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (!ProcessAlive(pid)) return true;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string content((std::istreambuf_iterator<char>(stat)), {});
-    // "pid (comm) Z ..." counts as gone: it can no longer run.
-    auto close = content.rfind(')');
-    if (close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'Z')
-      return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return false;
 }
 
 TEST(ProcessRunnerTest, ExitCodes) {
@@ -153,18 +135,6 @@ TEST(ProcessRunnerTest, BoundedOutputKeepsHeadAndTail) {
   ASSERT_NE(at, std::string::npos);
   EXPECT_EQ(at, (1u << 20) / 4 + 1);  // head of exactly 25%, then a newline, then the marker
   EXPECT_LE(r.output.size(), (1u << 20) + 64);
-}
-
-TEST(BoundedOutputTest, SmallAndExactSizes) {
-  BoundedOutput b(8);  // head 2, tail 6
-  b.Append("abc");
-  EXPECT_EQ(b.Take(), "abc");
-  BoundedOutput c(8);
-  c.Append("12345678");
-  EXPECT_EQ(c.Take(), "12345678");
-  BoundedOutput d(8);
-  for (char ch : std::string("0123456789")) d.Append(std::string(1, ch));
-  EXPECT_EQ(d.Take(), "01\n[... 2 bytes elided ...]\n456789");
 }
 
 TEST(ProcessRunnerTest, TimeoutKillsTheWholeTree) {
