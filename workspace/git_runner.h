@@ -1,5 +1,6 @@
-// GitRunner: runs the git binary as a child process (posix_spawn, argv as a vector, never a
-// shell) in a clean environment, capturing stdout and stderr.
+// GitRunner: runs the git binary as a child process (SupervisedProcess in
+// common/process_supervisor.h; argv as a vector, never a shell) in a clean environment,
+// capturing stdout and stderr.
 //
 // The child's environment is built from scratch: PATH, HOME (a kiln-owned directory),
 // GIT_CONFIG_NOSYSTEM=1, GIT_CONFIG_GLOBAL=/dev/null, GIT_TERMINAL_PROMPT=0, LANG=LC_ALL=C,
@@ -51,7 +52,7 @@ class GitRunner {
   virtual Status Run(const GitCommand& cmd, GitResult* result) = 0;
 };
 
-/// The real runner: posix_spawn of the git binary found in /usr/local/bin, /usr/bin or /bin.
+/// The real runner: the git binary found in /usr/local/bin, /usr/bin or /bin, supervised.
 /// Stateless and thread-safe.
 class PosixGitRunner : public GitRunner {
  public:
