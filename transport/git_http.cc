@@ -1,15 +1,9 @@
 #include "transport/git_http.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -23,7 +17,7 @@
 #include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/names.h"
-#include "common/subprocess.h"
+#include "common/process_supervisor.h"
 #include "workspace/git_repo.h"
 
 namespace kiln {
@@ -74,11 +68,6 @@ std::string ReadWholeFile(const std::string& path) {
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
-}
-
-void CloseFd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
 }
 
 }  // namespace
@@ -425,11 +414,8 @@ GitHttpHandler::~GitHttpHandler() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
-    for (pid_t pg : children_) ::kill(-pg, SIGTERM);
-    bool idle =
-        idle_cv_.wait_for(lock, kKillGrace, [&] { return finished_.size() == workers_.size(); });
-    if (!idle)
-      for (pid_t pg : children_) ::kill(-pg, SIGKILL);
+    for (SupervisedProcess* cgi : children_) cgi->Terminate(kKillGrace);  // then SIGKILL
+    idle_cv_.wait_for(lock, kKillGrace, [&] { return finished_.size() == workers_.size(); });
     workers.swap(workers_);
     finished_.clear();
   }
@@ -553,16 +539,20 @@ void GitHttpHandler::Handle(const HttpRequest& request, std::shared_ptr<HttpResp
   workers_.emplace(id, std::thread([this, id, route = parsed.route, request,
                                     responder = std::move(responder)]() mutable {
                      Serve(std::move(route), std::move(request), std::move(responder));
-                     std::lock_guard<std::mutex> lock(mu_);
-                     auto wd = worker_domain_.find(id);
-                     if (wd != worker_domain_.end()) {
-                       auto r = running_.find(wd->second);
-                       if (r != running_.end() && --r->second == 0) running_.erase(r);
-                       worker_domain_.erase(wd);
-                     }
-                     finished_.push_back(id);
-                     idle_cv_.notify_all();
+                     WorkerDone(id);
                    }));
+}
+
+void GitHttpHandler::WorkerDone(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto wd = worker_domain_.find(id);
+  if (wd != worker_domain_.end()) {
+    auto r = running_.find(wd->second);
+    if (r != running_.end() && --r->second == 0) running_.erase(r);
+    worker_domain_.erase(wd);
+  }
+  finished_.push_back(id);
+  idle_cv_.notify_all();
 }
 
 void GitHttpHandler::ReapFinished() {
@@ -724,142 +714,73 @@ void GitHttpHandler::RunCgi(const GitHttpRoute& route, const HttpRequest& reques
   settings.repo_dir = d.repo_dir;
   settings.home = state_dir_ + "/home";
   settings.max_push_bytes = options_.max_push_bytes;
-  std::vector<std::string> env = BuildGitCgiEnv(route, request, settings);
-  std::vector<std::string> argv = {"git-http-backend"};
 
-  int in_r = -1, in_w = -1, out_r = -1, out_w = -1, err_r = -1, err_w = -1;
-  auto close_all = [&] {
-    for (int* fd : {&in_r, &in_w, &out_r, &out_w, &err_r, &err_w}) CloseFd(*fd);
-  };
-  auto fail = [&](const std::string& what) {
-    spdlog::error("git: domain {}: {}: {}", d.name, what, strerror(errno));
-    close_all();
-    responder->Reply(500, "application/json", JsonError("git backend failed to start"));
-  };
-  if (request.body.empty()) {
-    in_r = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (in_r < 0) return fail("open /dev/null");
-  } else {
-    // A socket, not a pipe: writing to an exited child gives EPIPE (MSG_NOSIGNAL), no SIGPIPE.
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return fail("socketpair");
-    in_r = sv[0];
-    in_w = sv[1];
-    ::shutdown(in_r, SHUT_WR);
-    ::fcntl(in_w, F_SETFL, O_NONBLOCK);
-  }
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe");
-  out_r = p[0], out_w = p[1];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail("pipe");
-  err_r = p[0], err_w = p[1];
+  // Response state, touched only by the stdout sink (on this thread) and after Wait().
+  CgiHeaderParser parser;
+  bool started = false, bad_headers = false;
+  bool stalled = false;  // the client stopped reading: the CGI was killed
+  std::unique_ptr<SupervisedProcess> cgi;
 
-  SpawnSpec spec;
-  spec.path = options_.http_backend;
-  spec.argv = argv;
-  spec.env = env;
-  spec.cwd = d.project_root;
-  spec.fds = {{in_r, 0}, {out_w, 1}, {err_w, 2}};
-  pid_t pid = -1;
-  Status spawned = Spawn(spec, &pid);
+  SupervisedSpec spec;
+  spec.spawn.path = options_.http_backend;
+  spec.spawn.argv = {"git-http-backend"};
+  spec.spawn.env = BuildGitCgiEnv(route, request, settings);
+  spec.spawn.cwd = d.project_root;
+  if (!request.body.empty()) spec.stdin_bytes = request.body;
+  spec.err.capture_bytes = kMaxStderrBytes;
+  spec.deadline = std::chrono::steady_clock::now() + options_.cgi_timeout;
+  spec.kill_grace = kKillGrace;
+  spec.out.sink = [&](std::string_view chunk) {
+    if (stalled || bad_headers) return;  // the CGI is being stopped; drop the rest
+    if (started) {
+      // Backpressure: the pipe fills while the client is slow, so git waits too; a client
+      // that takes nothing for write_stall_timeout (or left) loses the CGI and its slot.
+      if (!responder->WaitWritable(std::chrono::steady_clock::now() +
+                                   options_.write_stall_timeout)) {
+        stalled = true;
+        spdlog::warn("git: domain {}: client stopped reading {}; stopping git-http-backend", d.name,
+                     route.path_info);
+        CountRefusal("write_stall");
+        cgi->Kill();
+        return;
+      }
+      responder->Write(std::string(chunk));
+      return;
+    }
+    CgiHeaderParser::State st = parser.Feed(chunk.data(), chunk.size());
+    if (st == CgiHeaderParser::State::kDone) {
+      started = true;
+      std::string ct =
+          parser.content_type().empty() ? "application/octet-stream" : parser.content_type();
+      responder->StartStream(parser.status(), ct, parser.headers());
+      responder->Write(parser.TakeBody());
+    } else if (st == CgiHeaderParser::State::kError) {
+      bad_headers = true;
+      cgi->Terminate(kKillGrace);
+    }
+  };
+  Status spawned = SupervisedProcess::Start(std::move(spec), &cgi);
   if (!spawned.ok()) {
     spdlog::error("git: domain {}: cannot start {}: {}", d.name, options_.http_backend,
                   spawned.message());
-    close_all();
     responder->Reply(500, "application/json", JsonError("git backend failed to start"));
     return;
   }
-  CloseFd(in_r);
-  CloseFd(out_w);
-  CloseFd(err_w);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    children_.insert(pid);
-    if (stopping_) ::kill(-pid, SIGTERM);
+    children_.insert(cgi.get());
+    if (stopping_) cgi->Terminate(kKillGrace);
   }
-
-  CgiHeaderParser parser;
-  bool started = false, bad_headers = false;
-  std::string err_text;
-  size_t written = 0;
-  const std::string& body = request.body;
-  auto deadline = std::chrono::steady_clock::now() + options_.cgi_timeout;
-  bool terminated = false;
-  bool stalled = false;  // the client stopped reading: the CGI was killed
-  char buf[65536];
-  while (out_r >= 0 || err_r >= 0) {
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      spdlog::warn(
-          "git: domain {}: git-http-backend ran over {} s; stopping it", d.name,
-          (options_.cgi_timeout + (terminated ? kKillGrace : std::chrono::seconds(0))).count());
-      ::kill(-pid, terminated ? SIGKILL : SIGTERM);
-      if (terminated) break;
-      terminated = true;
-      deadline = now + kKillGrace;
-    }
-    pollfd pfds[3];
-    int n = 0, out_i = -1, err_i = -1, in_i = -1;
-    if (out_r >= 0) pfds[out_i = n++] = {out_r, POLLIN, 0};
-    if (err_r >= 0) pfds[err_i = n++] = {err_r, POLLIN, 0};
-    if (in_w >= 0) pfds[in_i = n++] = {in_w, POLLOUT, 0};
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1);
-    int ready = ::poll(pfds, n, std::min(left, 1000));
-    if (ready < 0 && errno != EINTR) break;
-    if (ready <= 0) continue;
-    if (in_i >= 0 && pfds[in_i].revents) {
-      ssize_t w = ::send(in_w, body.data() + written,
-                         std::min<size_t>(body.size() - written, 1 << 20), MSG_NOSIGNAL);
-      if (w > 0) written += static_cast<size_t>(w);
-      if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == body.size()) CloseFd(in_w);
-    }
-    if (err_i >= 0 && pfds[err_i].revents) {
-      ssize_t r = ::read(err_r, buf, sizeof(buf));
-      if (r > 0 && err_text.size() < kMaxStderrBytes)
-        err_text.append(buf, std::min<size_t>(r, kMaxStderrBytes - err_text.size()));
-      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) CloseFd(err_r);
-    }
-    if (out_i >= 0 && pfds[out_i].revents) {
-      ssize_t r = ::read(out_r, buf, sizeof(buf));
-      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
-        CloseFd(out_r);
-      } else if (r > 0 && started) {
-        // Backpressure: the pipe fills while the client is slow, so git waits too; a client
-        // that takes nothing for write_stall_timeout (or left) loses the CGI and its slot.
-        if (!stalled && !responder->WaitWritable(std::chrono::steady_clock::now() +
-                                                 options_.write_stall_timeout)) {
-          stalled = true;
-          spdlog::warn("git: domain {}: client stopped reading {}; stopping git-http-backend",
-                       d.name, route.path_info);
-          CountRefusal("write_stall");
-          ::kill(-pid, SIGKILL);
-          CloseFd(out_r);
-          CloseFd(in_w);
-        } else if (!stalled) {
-          responder->Write(std::string(buf, static_cast<size_t>(r)));
-        }
-      } else if (r > 0 && !bad_headers) {
-        CgiHeaderParser::State st = parser.Feed(buf, static_cast<size_t>(r));
-        if (st == CgiHeaderParser::State::kDone) {
-          started = true;
-          std::string ct =
-              parser.content_type().empty() ? "application/octet-stream" : parser.content_type();
-          responder->StartStream(parser.status(), ct, parser.headers());
-          responder->Write(parser.TakeBody());
-        } else if (st == CgiHeaderParser::State::kError) {
-          bad_headers = true;
-          ::kill(-pid, SIGTERM);
-        }
-      }
-    }
-  }
-  close_all();
-  *exit_code = WaitForExit(pid);
+  ProcessOutcome outcome = cgi->Wait();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    children_.erase(pid);
+    children_.erase(cgi.get());
   }
+  *exit_code = outcome.exit_code;
+  if (outcome.timed_out)
+    spdlog::warn("git: domain {}: git-http-backend ran over {} s; stopped it", d.name,
+                 options_.cgi_timeout.count());
+  const std::string& err_text = outcome.err;
   if (!err_text.empty() || *exit_code != 0) {
     std::string first = err_text.substr(0, err_text.find('\n'));
     spdlog::warn("git: domain {}: git-http-backend {} exit {}: {}", d.name, route.path_info,

@@ -71,6 +71,8 @@
 
 namespace kiln {
 
+class SupervisedProcess;
+
 /// Default push size limit (receive.maxInputSize; the HTTP body limit adds kGitHttpBodySlack).
 constexpr size_t kDefaultMaxPushBytes = size_t{64} << 20;
 constexpr size_t kGitHttpBodySlack = size_t{1} << 20;
@@ -244,7 +246,8 @@ class GitHttpHandler {
                                                                  const HttpRequest& request);
   Status WriteBusyFile(DomainState& d, const std::set<std::string>& branches);
   void MaybeUpkeep(DomainState& d);
-  void ReapFinished();  // joins workers that finished; requires mu_
+  void ReapFinished();           // joins workers that finished; requires mu_
+  void WorkerDone(uint64_t id);  // a worker's last step: frees its slot; takes mu_
   // Refusal for a full slot table (global or the domain's), or nullopt; requires mu_.
   std::optional<HttpRefusal> SlotRefusalLocked(const std::string& domain);
   void CountRefusal(const std::string& reason);
@@ -260,7 +263,7 @@ class GitHttpHandler {
   uint64_t next_worker_ = 0;                       // guarded by mu_
   std::map<uint64_t, std::thread> workers_;        // guarded by mu_
   std::vector<uint64_t> finished_;                 // guarded by mu_
-  std::set<pid_t> children_;                       // guarded by mu_ (process group ids)
+  std::set<SupervisedProcess*> children_;          // guarded by mu_: the running CGIs
   std::map<std::string, size_t> running_;          // guarded by mu_: running requests per domain
   std::map<uint64_t, std::string> worker_domain_;  // guarded by mu_
   MetricsRegistry* metrics_ = nullptr;             // set by Register (before the server starts)
