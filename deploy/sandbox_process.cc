@@ -1,19 +1,12 @@
 #include "deploy/sandbox_process.h"
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
-
-#include "common/subprocess.h"
 
 namespace kiln {
 namespace {
@@ -75,57 +68,37 @@ Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, 
                              std::unique_ptr<SandboxProcess>* out) {
   if (argv.empty() || info_fd < 3)
     return Status::InvalidArgument("sandbox: empty argv or bad info fd");
-  int outp[2], infop[2];
-  if (pipe2(outp, O_CLOEXEC) != 0)
-    return Status::Internal(std::string("pipe: ") + std::strerror(errno));
-  if (pipe2(infop, O_CLOEXEC) != 0) {
-    close(outp[0]);
-    close(outp[1]);
-    return Status::Internal(std::string("pipe: ") + std::strerror(errno));
-  }
-  std::string path = ResolveBinary(argv[0]);
-  SpawnSpec spec;
-  spec.path = path;
-  spec.argv = argv;
-  spec.env = std::vector<std::string>{};  // nothing of kiln's environment
-  spec.fds = {{outp[1], 1}, {outp[1], 2}, {infop[1], info_fd}};
+  std::unique_ptr<SandboxProcess> p(new SandboxProcess());
+  p->tail_bytes_ = tail_bytes;
+  SandboxProcess* raw = p.get();  // the sinks run on the supervisor thread, which p outlives
+  SupervisedSpec spec;
+  spec.spawn.path = ResolveBinary(argv[0]);
+  spec.spawn.argv = argv;
+  spec.spawn.env = std::vector<std::string>{};  // nothing of kiln's environment
   // bwrap's own --die-with-parent ties the sandbox to bwrap; whether a deployed candidate
   // outlives kiln is the local deployer's decision, not this spawn's.
-  spec.die_with_parent = false;
-  pid_t pid = -1;
-  Status spawned = Spawn(spec, &pid);
-  close(outp[1]);
-  close(infop[1]);
-  if (!spawned.ok()) {
-    close(outp[0]);
-    close(infop[0]);
-    return Status::Internal("cannot start the sandbox (bwrap): " + spawned.message());
-  }
-  std::unique_ptr<SandboxProcess> p(new SandboxProcess());
-  p->bwrap_pid_ = pid;
-  p->out_fd_ = outp[0];
-  p->tail_bytes_ = tail_bytes;
-  p->reader_ = std::thread([raw = p.get()] { raw->ReadLoop(); });
+  spec.spawn.die_with_parent = false;
+  spec.merge_stderr = true;
+  spec.out.sink = [raw](std::string_view chunk) { raw->OnOutput(chunk); };
+  spec.extra_outputs = {{info_fd, [raw](std::string_view chunk) { raw->OnInfo(chunk); }}};
+  Status started = SupervisedProcess::Start(std::move(spec), &p->proc_);
+  if (!started.ok())
+    return Status::Internal("cannot start the sandbox (bwrap): " + started.message());
+  p->bwrap_pid_ = p->proc_->pid();
+  p->supervisor_ = std::thread([raw] {
+    raw->proc_->Wait();
+    std::lock_guard<std::mutex> lock(raw->mu_);
+    raw->supervised_ = true;
+    raw->cv_.notify_all();
+  });
 
   // bwrap writes {"child-pid": N, "pid-namespace": M, ...} once the sandbox is set up.
-  std::string info;
-  auto deadline = Clock::now() + info_timeout;
-  for (;;) {
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) break;
-    pollfd pf{infop[0], POLLIN, 0};
-    if (poll(&pf, 1, static_cast<int>(std::min<long long>(left, 100))) <= 0) continue;
-    char buf[1024];
-    ssize_t n = read(infop[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    info.append(buf, static_cast<size_t>(n));
-    auto j = nlohmann::json::parse(info, nullptr, false);
-    if (!j.is_discarded()) break;  // complete object
+  nlohmann::json j;
+  {
+    std::unique_lock<std::mutex> lock(p->mu_);
+    p->cv_.wait_for(lock, info_timeout, [&] { return p->InfoCompleteLocked() || p->supervised_; });
+    j = nlohmann::json::parse(p->info_, nullptr, false);
   }
-  close(infop[0]);
-  auto j = nlohmann::json::parse(info, nullptr, false);
   if (!j.is_discarded() && j.is_object() && j.value("child-pid", 0) > 0) {
     p->sandbox_pid_ = j.value("child-pid", 0);
     p->pidns_ = j.value("pid-namespace", uint64_t{0});
@@ -146,23 +119,20 @@ Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, 
 
 SandboxProcess::~SandboxProcess() { Stop(std::chrono::milliseconds(0)); }
 
-void SandboxProcess::ReadLoop() {
-  char buf[8192];
-  while (!stop_reader_.load()) {
-    pollfd pf{out_fd_, POLLIN, 0};
-    int r = poll(&pf, 1, 100);
-    if (r <= 0) continue;
-    ssize_t n = read(out_fd_, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (n <= 0) {
-      eof_ = true;
-      break;
-    }
-    tail_.append(buf, static_cast<size_t>(n));
-    if (tail_.size() > 2 * tail_bytes_) tail_.erase(0, tail_.size() - tail_bytes_);
-  }
-  close(out_fd_);
+void SandboxProcess::OnOutput(std::string_view chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tail_.append(chunk.data(), chunk.size());
+  if (tail_.size() > 2 * tail_bytes_) tail_.erase(0, tail_.size() - tail_bytes_);
+}
+
+void SandboxProcess::OnInfo(std::string_view chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (info_.size() < 64 * 1024) info_.append(chunk.data(), chunk.size());
+  if (InfoCompleteLocked()) cv_.notify_all();
+}
+
+bool SandboxProcess::InfoCompleteLocked() const {
+  return !nlohmann::json::parse(info_, nullptr, false).is_discarded();
 }
 
 std::string SandboxProcess::OutputTail() const {
@@ -172,66 +142,35 @@ std::string SandboxProcess::OutputTail() const {
 }
 
 void SandboxProcess::DrainOutput(std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (eof_) return;
-    }
-    if (Clock::now() >= deadline || !reader_.joinable()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  if (proc_) proc_->WaitFinished(timeout);
 }
 
-bool SandboxProcess::ReapLocked(bool block) {
-  if (reaped_) return true;
-  int st = 0;
-  pid_t r;
-  do {
-    r = waitpid(bwrap_pid_, &st, block ? 0 : WNOHANG);
-  } while (r < 0 && errno == EINTR);
-  if (r == bwrap_pid_) {
-    reaped_ = true;
-    exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
-  } else if (r < 0) {
-    reaped_ = true;  // not our child any more (ECHILD): nothing left to wait for
-  }
-  return reaped_;
-}
-
-bool SandboxProcess::Exited(int* code) {
-  std::lock_guard<std::mutex> lock(reap_mu_);
-  bool done = ReapLocked(false);
-  if (done && code) *code = exit_code_;
-  return done;
-}
+bool SandboxProcess::Exited(int* code) { return !proc_ || proc_->Finished(code); }
 
 std::vector<pid_t> SandboxProcess::Members() const { return ProcessesInPidNamespace(pidns_); }
 
 void SandboxProcess::Stop(std::chrono::milliseconds grace) {
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
-  if (stopped_) return;
+  if (stopped_ || !proc_) return;
   stopped_ = true;
   if (!Exited()) {
     // Polite first: every process of the sandbox (the init ignores it; its child's exit ends it).
     if (grace.count() > 0) {
       std::vector<pid_t> members = Members();
-      if (members.empty()) kill(bwrap_pid_, SIGTERM);
+      if (members.empty()) proc_->Terminate(grace);  // bwrap alone: TERM, KILL after the grace
       for (pid_t m : members) kill(m, SIGTERM);
-      auto deadline = Clock::now() + grace;
-      while (!Exited() && Clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      proc_->WaitFinished(grace);
     }
     if (!Exited()) {
       // SIGKILL to a PID namespace's init kills everything in it.
       if (sandbox_pid_ > 0 && pidns_ != 0 && PidNamespaceOf(sandbox_pid_) == pidns_)
         kill(sandbox_pid_, SIGKILL);
       for (pid_t m : Members()) kill(m, SIGKILL);
-      kill(bwrap_pid_, SIGKILL);
-      std::lock_guard<std::mutex> lock(reap_mu_);
-      ReapLocked(true);
+      proc_->Kill();
     }
   }
+  // The supervisor reaps bwrap and drains its output, then returns.
+  if (supervisor_.joinable()) supervisor_.join();
   // The namespace's processes go away with its init; make sure before returning.
   auto deadline = Clock::now() + std::chrono::seconds(5);
   for (std::vector<pid_t> left = Members(); !left.empty() && Clock::now() < deadline;
@@ -239,9 +178,6 @@ void SandboxProcess::Stop(std::chrono::milliseconds grace) {
     for (pid_t m : left) kill(m, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  DrainOutput(std::chrono::milliseconds(500));
-  stop_reader_ = true;
-  if (reader_.joinable()) reader_.join();
 }
 
 }  // namespace kiln

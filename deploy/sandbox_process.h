@@ -1,27 +1,32 @@
 // SandboxProcess: one candidate running under bubblewrap (see LocalSandboxArgv in
-// deploy/launch_spec.h). Start() forks bwrap with stdout+stderr on one pipe (a reader thread
-// keeps the last bytes) and reads the sandbox's pid and PID-namespace id from bwrap's
-// --info-fd. Stop() ends every process of the sandbox: SIGTERM to all processes of its PID
-// namespace, SIGKILL to the namespace's init after the grace (the kernel then kills the rest),
-// and waits until /proc shows none of them.
+// deploy/launch_spec.h). Start() starts bwrap as a SupervisedProcess (common/
+// process_supervisor.h) with stdout+stderr merged (the sink keeps the last bytes) and bwrap's
+// --info-fd as an extra output, from which it reads the sandbox's pid and PID-namespace id; a
+// supervisor thread runs the supervision loop (output, exit, kill, reap) for the sandbox's
+// lifetime. What is the sandbox's own is its PID namespace: Stop() sends SIGTERM to every
+// process of that namespace (bwrap --new-session puts them outside bwrap's process group), then
+// SIGKILL to the namespace's init after the grace (the kernel then kills the rest) and to
+// bwrap's group, and waits until /proc shows none of them.
 //
-// Ownership: owns the bwrap child, the pipe and the reader thread; the destructor calls Stop()
-// with no grace. Thread-safety: all methods are thread-safe. Start() must be called on a
+// Ownership: owns the supervised bwrap child and the supervisor thread; the destructor calls
+// Stop() with no grace. Thread-safety: all methods are thread-safe. Start() must be called on a
 // thread that outlives the sandbox: bwrap's --die-with-parent fires when the forking THREAD
 // exits (the local deployer forks on its own TaskThread).
 #pragma once
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/process_supervisor.h"
 #include "common/status.h"
 
 namespace kiln {
@@ -31,7 +36,7 @@ class SandboxProcess {
   /// Forks and execs `argv` (argv[0] an absolute path or looked up in /usr/bin:/bin) with an
   /// empty environment, stdin /dev/null, stdout+stderr on a pipe, the write end of an info
   /// pipe as descriptor `info_fd` and no other descriptors. Waits up to `info_timeout` for the
-  /// sandbox's pid. Internal when the pipe or fork fails; FailedPrecondition (with the last
+  /// sandbox's pid. Internal when bwrap cannot be started; FailedPrecondition (with the last
   /// output) when bwrap exits or times out before reporting a pid.
   static Status Start(const std::vector<std::string>& argv, int info_fd, size_t tail_bytes,
                       std::chrono::milliseconds info_timeout, std::unique_ptr<SandboxProcess>* out);
@@ -46,38 +51,38 @@ class SandboxProcess {
   /// Inode number of the sandbox's PID namespace ("pid:[N]" in /proc/<pid>/ns/pid).
   uint64_t pid_namespace() const { return pidns_; }
 
-  /// True once bwrap has exited (reaps it); *code gets its exit status (128+signal if killed).
+  /// True once bwrap has exited and the supervisor reaped it; *code gets its exit status
+  /// (128+signal if killed).
   bool Exited(int* code = nullptr);
   /// The last `tail_bytes` of stdout+stderr so far.
   std::string OutputTail() const;
-  /// Waits up to `timeout` for the output pipe to reach EOF (after the process exited), so the
-  /// tail holds the last words.
+  /// Waits up to `timeout` for the supervision to end (bwrap reaped, its output at EOF), so
+  /// the tail holds the last words.
   void DrainOutput(std::chrono::milliseconds timeout);
   /// Stops the sandbox (see the file comment). Idempotent.
   void Stop(std::chrono::milliseconds grace);
 
  private:
   SandboxProcess() = default;
-  void ReadLoop();
-  bool ReapLocked(bool block);
+  void OnOutput(std::string_view chunk);
+  void OnInfo(std::string_view chunk);
+  bool InfoCompleteLocked() const;     // requires mu_
   std::vector<pid_t> Members() const;  // live pids in the sandbox's PID namespace
 
+  std::unique_ptr<SupervisedProcess> proc_;  // set once by Start
   pid_t bwrap_pid_ = -1;
   pid_t sandbox_pid_ = -1;
   uint64_t pidns_ = 0;
-  int out_fd_ = -1;  // read end of stdout+stderr, owned by the reader thread
   size_t tail_bytes_ = 4096;
 
   mutable std::mutex mu_;
-  std::string tail_;  // guarded by mu_
-  bool eof_ = false;  // guarded by mu_
-  std::mutex reap_mu_;
-  bool reaped_ = false;  // guarded by reap_mu_
-  int exit_code_ = -1;   // guarded by reap_mu_
-  std::atomic<bool> stop_reader_{false};
-  std::thread reader_;
-  std::mutex stop_mu_;    // serializes Stop()
-  bool stopped_ = false;  // guarded by stop_mu_
+  std::condition_variable cv_;  // info arrived, or the supervisor thread finished
+  std::string tail_;            // guarded by mu_
+  std::string info_;            // guarded by mu_
+  bool supervised_ = false;     // guarded by mu_: the supervision loop returned
+  std::thread supervisor_;      // runs proc_->Wait()
+  std::mutex stop_mu_;          // serializes Stop()
+  bool stopped_ = false;        // guarded by stop_mu_
 };
 
 /// Inode of /proc/<pid>/ns/pid, 0 when unreadable. Exposed for tests.
