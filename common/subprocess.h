@@ -10,9 +10,9 @@
 //     even by SIGKILL), so nothing builds or pushes on unsupervised beside a restarted kiln;
 //   - failures at chdir/execve reported back as a Status (over a CLOEXEC pipe), not as an
 //     unexplained exit code 127.
-// Supervision (output pumping, timeouts, cancellation) stays with each runner, because their
-// needs differ (merged bounded capture, separate stdout/stderr, CGI streaming, a long-lived
-// sandbox); the wait/decode helpers below are shared.
+// Supervision (stdin, output, deadline, cancel, group kill, reap) is SupervisedProcess in
+// common/process_supervisor.h, which every runner uses with its own policy (merged bounded
+// capture, separate stdout/stderr, CGI streaming, a long-lived sandbox).
 //
 // Thread-safety: all functions are thread-safe. Spawn blocks until the child has exec'd (or
 // failed to), typically well under a millisecond after fork.

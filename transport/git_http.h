@@ -1,5 +1,5 @@
 // GitHttpHandler: git smart HTTP (clone, fetch, push) at /git/<domain>.git, served by git's own
-// `git http-backend` run as a CGI child process (posix_spawn, argv as a vector, never a shell).
+// `git http-backend` run as a CGI child (a SupervisedProcess; argv a vector, never a shell).
 //
 // Endpoints (nothing else is served; the dumb protocol is not offered):
 //   GET  /git/<domain>.git/info/refs?service=git-upload-pack|git-receive-pack
