@@ -19,12 +19,14 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "common/names.h"
+#include "common/process_test_util.h"
 #include "common/sha256.h"
 #include "transport/fake_tool_backend.h"
 #include "workspace/git_repo.h"
@@ -1123,6 +1125,90 @@ TEST_F(GitHttpE2ETest, AClientThatStopsReadingLosesItsCgiAndTheSlotIsFreed) {
                 server_->metrics().Value("kiln_http_refusals_total", {{"reason", "write_timeout"}}),
             1);
   ::close(fd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CGI's supervision (SupervisedProcess, common/process_supervisor.h)
+
+// A pid a backend script wrote to `path` (0 if it did not within 10 s).
+pid_t PidFromFile(const std::string& path) {
+  pid_t pid = 0;
+  WaitFor(
+      [&] {
+        std::ifstream in(path);
+        return static_cast<bool>(in >> pid);
+      },
+      std::chrono::milliseconds(10000));
+  return pid;
+}
+
+TEST_F(GitHttpE2ETest, ABackendOverTheCgiTimeoutIsStoppedWithItsChildren) {
+  std::string dir = tmp_.path();
+  WriteFile(dir + "/slow-backend",
+            "#!/bin/sh\nsleep 100 &\necho $! > " + dir + "/bg.tmp && mv " + dir + "/bg.tmp " + dir +
+                "/bg\nsleep 100\n",
+            true);
+  options_.http_backend = dir + "/slow-backend";
+  options_.cgi_timeout = std::chrono::seconds(1);
+  Start();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = RawRequest(server_->port(), http::verb::get,
+                      "/git/demo.git/info/refs?service=git-upload-pack",
+                      {{"Authorization", "Bearer demo-token"}});
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.status, 502);
+  EXPECT_NE(r.body.find("git backend failed"), std::string::npos) << r.body;
+  EXPECT_GE(took, std::chrono::milliseconds(900));
+  EXPECT_LT(took, std::chrono::milliseconds(4000));  // SIGTERM at 1 s, not SIGKILL at 1 s + 5 s
+  pid_t bg = PidFromFile(dir + "/bg");
+  ASSERT_GT(bg, 1);
+  EXPECT_TRUE(GoneWithin(bg, std::chrono::milliseconds(2000)));  // the whole group was stopped
+}
+
+TEST_F(GitHttpE2ETest, MalformedCgiHeadersAnswer502AndStopTheBackend) {
+  std::string dir = tmp_.path();
+  WriteFile(dir + "/bad-backend",
+            "#!/bin/sh\necho $$ > " + dir + "/pid.tmp && mv " + dir + "/pid.tmp " + dir +
+                "/pid\nprintf 'no colon in this header\\n\\nbody'\nexec sleep 100\n",
+            true);
+  options_.http_backend = dir + "/bad-backend";
+  Start();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = RawRequest(server_->port(), http::verb::get,
+                      "/git/demo.git/info/refs?service=git-upload-pack",
+                      {{"Authorization", "Bearer demo-token"}});
+  EXPECT_EQ(r.status, 502);
+  EXPECT_NE(r.body.find("malformed headers"), std::string::npos) << r.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000));
+  pid_t pid = PidFromFile(dir + "/pid");
+  ASSERT_GT(pid, 1);
+  EXPECT_TRUE(GoneWithin(pid, std::chrono::milliseconds(2000)));
+}
+
+TEST_F(GitHttpE2ETest, DestroyingTheHandlerStopsARunningCgi) {
+  std::string dir = tmp_.path();
+  WriteFile(dir + "/hanging-backend",
+            "#!/bin/sh\necho $$ > " + dir + "/pid.tmp && mv " + dir + "/pid.tmp " + dir +
+                "/pid\nexec sleep 100\n",
+            true);
+  options_.http_backend = dir + "/hanging-backend";
+  Start();
+  auto client = std::async(std::launch::async, [&] {
+    try {
+      RawRequest(server_->port(), http::verb::get,
+                 "/git/demo.git/info/refs?service=git-upload-pack",
+                 {{"Authorization", "Bearer demo-token"}});
+    } catch (const std::exception&) {  // the server went away mid-request
+    }
+  });
+  pid_t pid = PidFromFile(dir + "/pid");
+  ASSERT_GT(pid, 1);
+  server_->Stop();
+  auto t0 = std::chrono::steady_clock::now();
+  handler_.reset();  // SIGTERM to the CGI's group, then joins its worker
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(GoneWithin(pid, std::chrono::milliseconds(2000)));
+  client.wait();
 }
 
 }  // namespace
