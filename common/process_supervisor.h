@@ -98,8 +98,8 @@ struct SupervisedSpec {
   OutputSpec err;
   bool merge_stderr = false;
   std::vector<ExtraOutput> extra_outputs;
-  /// A descriptor that becomes readable once the run is cancelled (e.g. CancelToken::fd()), and
-  /// or a predicate polled every 20 ms (when there is no descriptor) and on every wake-up.
+  /// A descriptor that becomes readable once the run is cancelled (e.g. CancelToken::fd()),
+  /// and/or a predicate polled every 20 ms (when there is no descriptor) and on every wake-up.
   /// Cancelled: the group is stopped like on a timeout and ProcessOutcome::cancelled is set.
   int cancel_fd = -1;
   std::function<bool()> cancel_requested;
