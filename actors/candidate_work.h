@@ -9,9 +9,17 @@
 #include <string>
 
 #include "actors/candidate_builds.h"
+#include "actors/domain_core.h"
 #include "actors/domain_env.h"
 
 namespace kiln {
+
+/// The candidate core's options from the domain's environment (history, log and time limits,
+/// what is journaled, the build key of a source). `env` must outlive the core.
+CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::string& candidate);
+
+/// The domain core's options from the domain's environment.
+DomainCore::Options DomainOptions(const DomainEnv& env);
 
 /// Resolves `req` (ref/commit -> commit and tree in the domain's repository, or hashes the
 /// trusted CLI's source directory).
