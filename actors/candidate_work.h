@@ -1,7 +1,8 @@
 // The work phases of the candidate and domain actors: the blocking steps of a build (resolve
 // the source, check out and build, push), each run on a BlockingWork thread and reported as a
 // WorkDone to the candidate actor, which hands it to its core (actors/candidate_builds.h);
-// and a deploy, reported to the domain actor. No CAF.
+// and a deploy, reported to the domain actor. Also the two cores' options from a DomainEnv.
+// No CAF.
 // Thread-safety: each call is independent; DomainEnv's services are thread-safe.
 #pragma once
 

@@ -7,9 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <tuple>
 
 #include "common/file_util.h"
@@ -664,10 +662,9 @@ std::vector<std::pair<std::string, OutcomePtr>> StateStore::BuildKeys() const {
   for (const auto& e : fs::directory_iterator(options_.keys_dir, ec)) {
     std::string name = e.path().filename().string();
     if (name.size() != 69 || name.substr(64) != ".json") continue;
-    std::ifstream in(e.path());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto j = json::parse(ss.str(), nullptr, false);
+    std::string text;
+    if (!ReadFile(e.path().string(), &text)) continue;
+    auto j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;
     std::string key = j.value("key", "");
     if (key != name.substr(0, 64)) continue;

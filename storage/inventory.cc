@@ -12,6 +12,8 @@
 #include <sstream>
 #include <utility>
 
+#include "common/file_util.h"
+
 namespace kiln {
 namespace fs = std::filesystem;
 
@@ -101,10 +103,9 @@ void Add(std::vector<StorageItem>* items, const std::string& state_dir, StorageK
 }
 
 std::string ReadSmall(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str().substr(0, 1 << 16);
+  std::string text;
+  ReadFile(p.string(), &text);
+  return text.substr(0, 1 << 16);
 }
 
 }  // namespace
