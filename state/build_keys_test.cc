@@ -134,6 +134,33 @@ TEST(BuildKeysTest, WithoutAKeysDirNothingIsCached) {
   EXPECT_TRUE(none.BuildKeys().empty());
 }
 
+TEST(BuildKeysTest, AFileIsParsedAsItIsWithoutThrowingOnOddFields) {
+  EXPECT_FALSE(StateStore::ParseBuildKeyFile("{torn"));
+  EXPECT_FALSE(StateStore::ParseBuildKeyFile("[1,2]"));
+  auto f = StateStore::ParseBuildKeyFile(
+      "{\"key\":\"k\",\"image_ref\":7,\"digest\":\"md5:x\",\"build_ms\":\"slow\","
+      "\"push_ms\":12}");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->key, "k");
+  EXPECT_EQ(f->outcome.image_ref, "");    // not a string
+  EXPECT_EQ(f->outcome.digest, "md5:x");  // as it is: the inventory lists invalid entries too
+  EXPECT_EQ(f->outcome.build_ms, 0);
+  EXPECT_EQ(f->outcome.push_ms, 12);
+  EXPECT_EQ(f->outcome.status, BuildStatus::kSucceeded);
+}
+
+// A file with a field of an odd type is skipped, never a failed start.
+TEST(BuildKeysTest, AnOddlyTypedEntryIsSkippedAndTheOthersLoad) {
+  TempDir t;
+  const std::string dir = t.path() + "/keys";
+  StateStore keys = Keys(dir);
+  ASSERT_TRUE(keys.SaveBuildKey(Key(1), Succeeded("b-1", 'a')).ok());
+  std::ofstream(dir + "/" + Key(2) + ".json") << "{\"key\":\"" << Key(2) << "\",\"digest\":5}";
+  auto all = keys.BuildKeys();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].first, Key(1));
+}
+
 TEST(BuildKeysTest, InvalidFilesAreSkipped) {
   TempDir t;
   const std::string dir = t.path() + "/keys";

@@ -654,6 +654,29 @@ Status StateStore::SaveBuildKey(const std::string& key, const BuildOutcome& o) c
   return WriteFileAtomic(options_.keys_dir + "/" + key + ".json", DumpJson(j) + "\n", 0600);
 }
 
+std::optional<StateStore::BuildKeyFile> StateStore::ParseBuildKeyFile(const std::string& text) {
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto str = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_number() ? it->get<int64_t>() : int64_t{0};
+  };
+  BuildKeyFile f;
+  f.key = str("key");
+  f.outcome.status = BuildStatus::kSucceeded;
+  f.outcome.image_ref = str("image_ref");
+  f.outcome.digest = str("digest");
+  f.outcome.built_by = str("built_by");
+  f.outcome.commit = str("commit");
+  f.outcome.build_ms = num("build_ms");
+  f.outcome.push_ms = num("push_ms");
+  return f;
+}
+
 std::vector<std::pair<std::string, OutcomePtr>> StateStore::BuildKeys() const {
   namespace fs = std::filesystem;
   std::vector<std::tuple<fs::file_time_type, std::string, OutcomePtr>> found;
@@ -664,20 +687,10 @@ std::vector<std::pair<std::string, OutcomePtr>> StateStore::BuildKeys() const {
     if (name.size() != 69 || name.substr(64) != ".json") continue;
     std::string text;
     if (!ReadFile(e.path().string(), &text)) continue;
-    auto j = json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
-    std::string key = j.value("key", "");
-    if (key != name.substr(0, 64)) continue;
-    auto o = std::make_shared<BuildOutcome>();
-    o->status = BuildStatus::kSucceeded;
-    o->image_ref = j.value("image_ref", "");
-    o->digest = j.value("digest", "");
-    o->built_by = j.value("built_by", "");
-    o->commit = j.value("commit", "");
-    o->build_ms = j.value("build_ms", 0);
-    o->push_ms = j.value("push_ms", 0);
-    if (!IsSha256Digest(o->digest)) continue;
-    found.emplace_back(e.last_write_time(ec), key, o);
+    auto file = ParseBuildKeyFile(text);
+    if (!file || file->key != name.substr(0, 64) || !IsSha256Digest(file->outcome.digest)) continue;
+    found.emplace_back(e.last_write_time(ec), file->key,
+                       std::make_shared<BuildOutcome>(std::move(file->outcome)));
   }
   std::sort(found.begin(), found.end(),
             [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });

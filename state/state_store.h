@@ -179,6 +179,14 @@ class StateStore {
   /// Every valid entry, oldest first (by file mtime). Skips other files, unparsable ones, a key
   /// that does not match its file name and entries without a sha256 digest.
   std::vector<std::pair<std::string, OutcomePtr>> BuildKeys() const;
+  /// One build-key file's text, as it is: its "key" and outcome fields (a field that is
+  /// missing or of another type stays empty/0). nullopt when the text is not a JSON object.
+  /// Validates nothing else: BuildKeys does; the storage inventory lists invalid entries too.
+  struct BuildKeyFile {
+    std::string key;
+    BuildOutcome outcome;  // status kSucceeded
+  };
+  static std::optional<BuildKeyFile> ParseBuildKeyFile(const std::string& text);
 
   std::optional<BuildRecord> Build(const BuildId& id) const;
   std::optional<BuildRecord> LatestSuccessful(const std::string& domain,
