@@ -33,16 +33,39 @@ void InstallHandlers(caf::scheduled_actor* self, const char* what) {
       });
 }
 
-void Callers::Answer(JournaledAnswers& answers, StateWriter* writer, const caf::actor& me,
-                     std::function<void()> write, ToolResult result,
-                     const std::vector<WaiterId>& waiters) {
+std::function<void()> JournalWriteOf(std::shared_ptr<StateStore> store, const JournalWrite& w) {
+  if (w.kind == JournalWrite::Kind::kStart)
+    return [store, b = w.start]() mutable {
+      Status st = store->RecordBuildStarted(&b);
+      if (!st.ok()) spdlog::error("state journal: cannot record build {}: {}", b.id, st.message());
+    };
+  if (w.kind == JournalWrite::Kind::kFinish)
+    return [store, f = w.finish, start = w.start]() mutable {
+      Status st = store->RecordBuildFinished(f);
+      if (st.code() == Status::Code::kNotFound && store->RecordBuildStarted(&start).ok())
+        st = store->RecordBuildFinished(f);
+      if (!st.ok())
+        spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
+    };
+  return [] {};  // a barrier: after everything posted before it
+}
+
+std::function<void()> JournalWriteOf(std::shared_ptr<StateStore> store, const DeployRecord& rec) {
+  return [store, r = rec]() mutable {
+    Status st = store->RecordDeploy(&r);
+    if (!st.ok())
+      spdlog::error("state journal: cannot record deploy {}: {}", r.deploy_id, st.message());
+  };
+}
+
+std::vector<caf::response_promise> Callers::Take(const std::vector<WaiterId>& waiters) {
   std::vector<caf::response_promise> promises;
   for (WaiterId w : waiters)
     if (auto it = waiters_.find(w); it != waiters_.end()) {
       promises.push_back(std::move(it->second));
       waiters_.erase(it);
     }
-  answers.After(writer, me, std::move(write), std::move(result), std::move(promises));
+  return promises;
 }
 
 void Callers::Progress(const std::vector<SinkId>& sinks, const ToolProgress& progress) const {

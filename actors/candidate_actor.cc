@@ -15,18 +15,9 @@
 #include "actors/candidate_builds.h"
 #include "actors/candidate_work.h"
 #include "actors/domain_env.h"
-#include "actors/journaled_answers.h"
-#include "actors/on_push_policy.h"
 #include "actors/protocol.h"
-#include "actors/state_writer.h"
 #include "actors/tool_views.h"
-#include "builder/build_key.h"
-#include "builder/log_buffer.h"
-#include "common/json_text.h"
-#include "registry/registry_client.h"  // issue 19: RegistryDeadlineScope
-#include "state/key_store.h"
 #include "state/state_store.h"
-#include "storage/collector.h"    // issue 19: StorageGate
 #include "storage/lease_table.h"  // issue 19
 
 namespace kiln {
@@ -38,49 +29,9 @@ struct CandidateState {
   SchedulerActor scheduler;
   DomainActor domain;
   std::unique_ptr<CandidateBuilds> core;
-  Callers callers;
-  JournaledAnswers answers;  // answers waiting for their journal record
+  Callers callers;  // and the answers waiting for their journal record
 };
 using Self = CandidateActor::stateful_pointer<CandidateState>;
-
-CandidateBuilds::Options CoreOptions(const DomainEnv& env, const std::string& name) {
-  CandidateBuilds::Options o;
-  o.domain = env.domain;
-  o.candidate = name;
-  o.remote = GitRemoteUrl(env.config->server, env.domain);
-  o.registry = env.dc->image.registry;
-  o.hidden = {env.config->server.state_dir, env.domain_dir, env.home_dir};
-  o.history = env.history_per_candidate;
-  o.log_max_bytes = env.log_max_bytes;
-  o.timeout_s = env.dc->build.timeout_s;
-  o.journaled = env.store != nullptr;
-  o.track_branches = env.busy != nullptr;
-  o.save_keys = env.keys != nullptr;
-  const DomainEnv* e = &env;  // env outlives the core (both owned by the actor's state)
-  o.build_key = [e](const std::string& source_id) {
-    return ComputeBuildKey(e->domain, source_id, *e->dc, *e->registry, {});
-  };
-  return o;
-}
-
-// The journal write of an answer, as a closure for the state writer.
-std::function<void()> WriteOf(const DomainEnv& env, const JournalWrite& w) {
-  auto store = env.store;
-  if (w.kind == JournalWrite::Kind::kStart)
-    return [store, b = w.start]() mutable {
-      Status st = store->RecordBuildStarted(&b);
-      if (!st.ok()) spdlog::error("state journal: cannot record build {}: {}", b.id, st.message());
-    };
-  if (w.kind == JournalWrite::Kind::kFinish)
-    return [store, f = w.finish, start = w.start]() mutable {
-      Status st = store->RecordBuildFinished(f);
-      if (st.code() == Status::Code::kNotFound && store->RecordBuildStarted(&start).ok())
-        st = store->RecordBuildFinished(f);
-      if (!st.ok())
-        spdlog::error("state journal: cannot record the end of build {}: {}", f.id, st.message());
-    };
-  return [] {};
-}
 
 void Carry(Self self, Effects effects);
 
@@ -100,10 +51,7 @@ void CarryOne(Self self, Effect& effect) {
       [&](auto& e) {
         using E = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<E, AnswerEffect>) {
-          s.callers.Answer(s.answers, env.store && e.write ? env.writer.get() : nullptr,
-                           caf::actor_cast<caf::actor>(self),
-                           e.write ? WriteOf(env, *e.write) : std::function<void()>([] {}),
-                           std::move(e.result), e.waiters);
+          s.callers.Answer(e.write, std::move(e.result), e.waiters);
         } else if constexpr (std::is_same_v<E, ProgressEffect>) {
           s.callers.Progress(e.sinks, e.progress);
         } else if constexpr (std::is_same_v<E, StartedEffect>) {
@@ -157,8 +105,8 @@ void CarryOne(Self self, Effect& effect) {
         } else if constexpr (std::is_same_v<E, CancelQueuedEffect>) {
           self->send(s.scheduler, cancel_atom::value, e.id);
         } else if constexpr (std::is_same_v<E, SaveKeyEffect>) {
-          env.work->Run([keys = env.keys, key = e.key, outcome = e.outcome] {
-            Status st = keys->Save(key, outcome);
+          env.work->Run([store = env.store, key = e.key, outcome = e.outcome] {
+            Status st = store->SaveBuildKey(key, outcome);
             if (!st.ok()) spdlog::warn("build-key cache: {}", st.message());
           });
         } else if constexpr (std::is_same_v<E, SummaryEffect>) {
@@ -197,16 +145,17 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
                                                 std::string name, SchedulerActor scheduler,
                                                 DomainActor domain) {
   InstallHandlers(self, "candidate");
-  auto& s = self->state;
-  s.env = std::move(env);
-  s.name = std::move(name);
-  s.scheduler = std::move(scheduler);
-  s.domain = std::move(domain);
-  s.core = std::make_unique<CandidateBuilds>(CoreOptions(*s.env, s.name));
+  CandidateState& st = self->state;
+  st.env = std::move(env);
+  st.name = std::move(name);
+  st.scheduler = std::move(scheduler);
+  st.domain = std::move(domain);
+  st.core = std::make_unique<CandidateBuilds>(CandidateOptions(*st.env, st.name));
+  st.callers.Journal(st.env->store, st.env->writer, caf::actor_cast<caf::actor>(self));
   // After a restart: the candidate's recent builds from the journal.
-  if (s.env->store)
-    Carry(self, s.core->Restore(
-                    s.env->store->Builds(s.env->domain, s.name, s.env->history_per_candidate)));
+  if (StateStore* journal = st.env->journal())
+    Carry(self, st.core->Restore(
+                    journal->Builds(st.env->domain, st.name, st.env->history_per_candidate)));
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;
@@ -256,7 +205,7 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
                       d.status.ToString());
         Carry(self, self->state.core->WorkFinished(d));
       },
-      [=](journaled_atom, uint64_t ticket) { self->state.answers.Release(ticket); },
+      [=](journaled_atom, uint64_t ticket) { self->state.callers.Journaled(ticket); },
       [=](shutdown_atom) { Carry(self, self->state.core->Shutdown()); },
   };
 }

@@ -1,9 +1,10 @@
 #include "actors/candidate_work.h"
 
-#include <sys/file.h>
+#include <sys/file.h>  // LOCK_SH
 
 #include <chrono>
 
+#include "builder/build_key.h"
 #include "common/file_util.h"
 #include "core/cancel_token.h"
 #include "registry/registry_client.h"  // issue 19: RegistryDeadlineScope
@@ -48,6 +49,37 @@ BuildJob MakeJob(const DomainEnv& env, const std::string& candidate, const Build
 }
 
 }  // namespace
+
+CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::string& candidate) {
+  CandidateBuilds::Options o;
+  o.domain = env.domain;
+  o.candidate = candidate;
+  o.remote = GitRemoteUrl(env.config->server, env.domain);
+  o.registry = env.dc->image.registry;
+  o.hidden = {env.config->server.state_dir, env.domain_dir, env.home_dir};
+  o.history = env.history_per_candidate;
+  o.log_max_bytes = env.log_max_bytes;
+  o.timeout_s = env.dc->build.timeout_s;
+  o.journaled = env.journal() != nullptr;
+  o.track_branches = env.busy != nullptr;
+  o.save_keys = env.store != nullptr;  // the store's build-key cache (also in `kiln build`)
+  const DomainEnv* e = &env;
+  o.build_key = [e](const std::string& source_id) {
+    return ComputeBuildKey(e->domain, source_id, *e->dc, *e->registry, {});
+  };
+  return o;
+}
+
+DomainCore::Options DomainOptions(const DomainEnv& env) {
+  DomainCore::Options o;
+  o.domain = env.domain;
+  o.deploy_type = env.dc ? env.dc->deploy.type : "none";
+  o.remote = GitRemoteUrl(env.config->server, env.domain);
+  o.history_per_candidate = env.history_per_candidate;
+  o.max_candidates = env.max_candidates;
+  o.has_deployer = env.deployer != nullptr;
+  return o;
+}
 
 WorkDone ResolvePhase(const DomainEnv& env, const std::string& candidate, const BuildId& id,
                       const BuildRequest& req) {

@@ -1,7 +1,8 @@
 // The work phases of the candidate and domain actors: the blocking steps of a build (resolve
 // the source, check out and build, push), each run on a BlockingWork thread and reported as a
 // WorkDone to the candidate actor, which hands it to its core (actors/candidate_builds.h);
-// and a deploy, reported to the domain actor. No CAF.
+// and a deploy, reported to the domain actor. Also the two cores' options from a DomainEnv.
+// No CAF.
 // Thread-safety: each call is independent; DomainEnv's services are thread-safe.
 #pragma once
 
@@ -9,9 +10,17 @@
 #include <string>
 
 #include "actors/candidate_builds.h"
+#include "actors/domain_core.h"
 #include "actors/domain_env.h"
 
 namespace kiln {
+
+/// The candidate core's options from the domain's environment (history, log and time limits,
+/// what is journaled, the build key of a source). `env` must outlive the core.
+CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::string& candidate);
+
+/// The domain core's options from the domain's environment.
+DomainCore::Options DomainOptions(const DomainEnv& env);
 
 /// Resolves `req` (ref/commit -> commit and tree in the domain's repository, or hashes the
 /// trusted CLI's source directory).

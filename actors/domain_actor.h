@@ -1,5 +1,6 @@
 // The domain actor: one per domain. Glue between CAF and the domain's pure core
-// (actors/domain_core.h: the tool routing table, build owners, summaries and success order,
+// (actors/domain_core.h: the tool routing table and argument parsing, build owners, summaries
+// and success order, deploy results from the journal after a restart,
 // the apply choice, deploy admission and bookkeeping). It spawns the domain's candidate
 // actors (on first use, bounded in number), delegates build requests to them, runs deploys on
 // BlockingWork threads and carries out the core's effects. Interface: DomainActor in

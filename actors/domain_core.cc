@@ -89,6 +89,58 @@ std::optional<DomainTool> DomainCore::Route(const std::string& tool) {
   return it->second;
 }
 
+std::variant<DomainRequest, ToolResult> DomainCore::Parse(const ToolCall& call) {
+  auto route = Route(call.tool);
+  if (!route) return ToolError("unknown tool '" + call.tool.substr(0, 64) + "'");
+  const nlohmann::json& args = call.arguments;
+  DomainRequest r;
+  r.tool = *route;
+  std::string id, c;
+  size_t offset = 0, limit = 0, tail = 0;
+  Status st;
+  switch (*route) {
+    case DomainTool::kBuildCandidate:
+      st = ParseBuildArgs(args, &r.build);
+      break;
+    case DomainTool::kCandidateStatus:
+      if ((st = ParseCandidateArg(args, &c)).ok()) r.candidate = c;
+      break;
+    case DomainTool::kDeployCandidate: {
+      DeployArgs a;
+      if ((st = ParseDeployArgs(args, &a)).ok())
+        r.candidate = a.candidate, r.build_id = a.build_id, r.wait = a.wait;
+      break;
+    }
+    case DomainTool::kApply:
+      st = ParseApplyArgs(args, &r.candidate);
+      break;
+    case DomainTool::kDomainStatus:
+      break;  // takes what it is given (operator API)
+    case DomainTool::kBuildLog:
+      if ((st = ParseLogArgs(args, &id, &offset, &limit, &tail)).ok())
+        r.build_id = id, r.offset = offset, r.limit = limit, r.tail = tail;
+      break;
+    case DomainTool::kBuildResult:
+      if ((st = ParseBuildResultArgs(args, &c, &id)).ok()) {
+        r.build_id = id;
+        if (!c.empty()) r.candidate = c;
+      }
+      break;
+    case DomainTool::kCancelBuild:
+      if ((st = ParseBuildIdArg(args, &id)).ok()) r.build_id = id;
+      break;
+    case DomainTool::kDeployResult:
+    case DomainTool::kCancelDeploy:
+      st = ParseDeployIdArg(call.tool, args, &r.deploy_id);
+      break;
+    case DomainTool::kListCandidates:
+      st = ParseNoArgs(call.tool, args);
+      break;
+  }
+  if (!st.ok()) return ToolError(st.message());
+  return r;
+}
+
 std::string DomainCore::KnownCandidates() const {
   std::string out;
   size_t n = 0;
@@ -142,6 +194,9 @@ ToolResult DomainCore::UnknownCandidateStatus(const std::string& c) const {
 std::optional<ToolResult> DomainCore::DeployRefusal(const std::string& candidate,
                                                     const std::optional<BuildId>& build_id,
                                                     bool known) const {
+  if (!opts_.has_deployer)
+    return ToolError("domain '" + opts_.domain +
+                     "' has no deploy target (deploy.type is \"none\")");
   if (auto owner = build_id ? OwnerOf(*build_id) : std::nullopt; owner && *owner != candidate) {
     ToolResult r = ToolError("build " + *build_id + " belongs to candidate '" + *owner +
                              "', not '" + candidate + "'; deploy it with candidate=" + *owner);
@@ -186,6 +241,16 @@ nlohmann::json DomainCore::CandidateList() const {
   return list;
 }
 
+ToolResult DomainCore::ListCandidates() const {
+  return {{{"domain", opts_.domain}, {"candidates", CandidateList()}}, false};
+}
+
+ToolResult DomainCore::WithDeployedBuild(ToolResult status, const std::string& candidate) const {
+  if (deployed_.is_object() && deployed_.value("candidate", "") == candidate)
+    status.structured["deployed_build"] = deployed_;
+  return status;
+}
+
 std::optional<std::string> DomainCore::ChooseApply(const std::optional<std::string>& asked,
                                                    ToolResult* nothing_built) const {
   std::optional<std::string> c = asked;
@@ -228,6 +293,12 @@ nlohmann::json DomainCore::View(const DeployRun& run) const {
   j["elapsed_ms"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(opts_.now() - run.created).count();
   return j;
+}
+
+void DomainCore::Start(const DeployRun& run, DomainEffects* out) const {
+  spdlog::info("deploy {} domain={} candidate={} build={} -> rolling out {}", run.id, opts_.domain,
+               run.req.candidate, run.req.build_id, run.req.image);
+  out->push_back(DeployStartEffect{run.req, run.cancel});
 }
 
 // Attaches a caller to a deploy: waits for it, or gets its current state at once.
@@ -311,8 +382,7 @@ DomainEffects DomainCore::AdmitDeploy(uint64_t arrival, const nlohmann::json& in
                                      {waiter},
                                      sink ? std::vector<SinkId>{sink} : std::vector<SinkId>{}});
   }
-  if (d.action == DeployOrder::Action::kStart)
-    out.push_back(DeployStartEffect{run.req, run.cancel});
+  if (d.action == DeployOrder::Action::kStart) Start(run, &out);
   return out;
 }
 
@@ -321,6 +391,40 @@ std::optional<ToolResult> DomainCore::DeployById(const std::string& deploy_id) c
   if (it == deploys_.end()) return std::nullopt;
   const DeployRun& run = it->second;
   return ToolResult{View(run), run.result && run.result->state != DeployState::kRolledOut};
+}
+
+ToolResult DomainCore::DeployResultFor(const std::string& deploy_id,
+                                       const std::vector<JournaledDeploy>& journaled) const {
+  if (auto known = DeployById(deploy_id)) return *known;
+  for (const auto& [rec, candidate] : journaled) {
+    if (rec.deploy_id != deploy_id) continue;
+    nlohmann::json j = {
+        {"deploy_id", rec.deploy_id},
+        {"build_id", rec.build_id},
+        {"image", {{"ref", rec.image}}},
+        {"status", rec.status},
+        {"reason", rec.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(rec.reason)}};
+    if (candidate) j["candidate"] = *candidate;
+    if (rec.status == DeployStateName(DeployState::kInProgress)) {
+      j["status"] = "failed";
+      j["reason"] = "Interrupted";
+      j["error"] = "kiln stopped while this deploy was in progress";
+      j["error_kind"] = "infrastructure";
+      j["next_step"] = "deploy the build again (deploy_candidate)";
+    }
+    return ToolResult{j, j["status"] != "rolled_out"};
+  }
+  return ToolError("deploy '" + deploy_id.substr(0, 64) + "' not found");  // bounded echo
+}
+
+void DomainCore::RestoreDeployed(const DeployRecord& d, const std::optional<BuildRecord>& b) {
+  deployed_ = {{"deploy_id", d.deploy_id},
+               {"build_id", d.build_id},
+               {"image", d.image},
+               {"status", "rolled_out"},
+               {"candidate", b ? b->candidate : ""},
+               {"digest", b ? b->digest : ""},
+               {"commit", b ? b->commit : ""}};
 }
 
 bool DomainCore::CancelDeploy(const std::string& deploy_id) {
@@ -393,8 +497,7 @@ DomainEffects DomainCore::DeployDone(const std::string& deploy_id, DeployResult 
   }
   if (auto next = order_.Finished(deploy_id)) {
     auto n = deploys_.find(*next);
-    if (n != deploys_.end() && !n->second.result)
-      out.push_back(DeployStartEffect{n->second.req, n->second.cancel});
+    if (n != deploys_.end() && !n->second.result) Start(n->second, &out);
   }
   return out;
 }

@@ -53,6 +53,19 @@ enum class DomainTool {
   kCancelDeploy,  // issue 17: MCP tasks/cancel of a deploy (not an MCP tool)
 };
 
+/// A tool call, routed and its arguments parsed (actors/tool_views.h): what the actor acts on.
+struct DomainRequest {
+  DomainTool tool = DomainTool::kDomainStatus;
+  BuildRequest build;  // build_candidate
+  // candidate_status and deploy_candidate: always; apply and build_result: when named.
+  std::optional<std::string> candidate;
+  // deploy_candidate: when named; build_log, build_result, cancel_build: always.
+  std::optional<BuildId> build_id;
+  std::string deploy_id;                     // deploy_result, cancel_deploy
+  bool wait = true;                          // deploy_candidate
+  uint64_t offset = 0, limit = 0, tail = 0;  // build_log
+};
+
 // --- deploy effects ---
 struct DeployAnswerEffect {  // journal `record` (when set), then answer `waiters`
   std::optional<DeployRecord> record;
@@ -71,6 +84,13 @@ struct DeployProgressEffect {
 using DomainEffect = std::variant<DeployAnswerEffect, DeployStartEffect, DeployProgressEffect>;
 using DomainEffects = std::vector<DomainEffect>;
 
+/// A deploy record of the state journal and the candidate of its build (nullopt when the
+/// journal no longer knows the build).
+struct JournaledDeploy {
+  DeployRecord record;
+  std::optional<std::string> candidate;
+};
+
 class DomainCore {
  public:
   using Clock = std::chrono::steady_clock;
@@ -81,6 +101,7 @@ class DomainCore {
     size_t history_per_candidate = 50;
     size_t max_candidates = 256;
     size_t finished_deploys = 32;  // finished deploys kept for joins and status
+    bool has_deployer = false;     // false: deploy_candidate and apply are refused
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
     std::function<std::string()> new_deploy_id;  // default: "d-" + 16 random hex
   };
@@ -88,6 +109,9 @@ class DomainCore {
 
   /// The routing table: the route of a tool name; nullopt for an unknown one.
   static std::optional<DomainTool> Route(const std::string& tool);
+  /// Routes `call` and parses its arguments. An error result for an unknown tool (its name
+  /// bounded) or for invalid arguments (the parser's message).
+  static std::variant<DomainRequest, ToolResult> Parse(const ToolCall& call);
 
   // --- candidates and builds ---
   /// Whether one more candidate may be added (the domain's max_candidates).
@@ -100,8 +124,9 @@ class DomainCore {
   ToolResult TooManyCandidates() const;
   /// candidate_status of a candidate without builds: says so, and how to start.
   ToolResult UnknownCandidateStatus(const std::string& candidate) const;
-  /// deploy_candidate checks before the lookup: another candidate's build names its owner
-  /// (issue 16); an unknown candidate lists the known ones. nullopt: go on.
+  /// deploy_candidate checks before the lookup: a domain without a deploy target refuses;
+  /// another candidate's build names its owner (issue 16); an unknown candidate lists the
+  /// known ones. nullopt: go on.
   std::optional<ToolResult> DeployRefusal(const std::string& candidate,
                                           const std::optional<BuildId>& build_id, bool known) const;
   /// The candidate's lookup refused the build: its answer, in the failure vocabulary.
@@ -109,6 +134,11 @@ class DomainCore {
   /// A candidate's summary after a transition: list_candidates, build owners, success order.
   void OnSummary(CandidateSummary sum);
   nlohmann::json CandidateList() const;
+  /// list_candidates.
+  ToolResult ListCandidates() const;
+  /// candidate_status of a known candidate: the candidate's own `status`, with the domain's
+  /// deployed build when it is one of this candidate's.
+  ToolResult WithDeployedBuild(ToolResult status, const std::string& candidate) const;
 
   /// apply: the candidate whose latest successful build apply deploys (`asked`, or the one
   /// whose success was requested last); nullopt with the "nothing_built" answer otherwise.
@@ -131,8 +161,15 @@ class DomainCore {
   /// kiln stops: running deploys are cancelled, new ones refused.
   void Shutdown();
   bool stopping() const { return stopping_; }
-  /// After a restart: the domain's deployed build.
-  void SetDeployed(nlohmann::json deployed) { deployed_ = std::move(deployed); }
+  /// After a restart: the domain's deployed build (from the journal) and that build's record
+  /// (nullopt when the journal no longer has it: candidate, digest and commit stay "").
+  void RestoreDeployed(const DeployRecord& deployed, const std::optional<BuildRecord>& build);
+  /// deploy_result (issue 17, MCP tasks/get of a deploy): a deploy this core remembers, else
+  /// one of `journaled` (the domain's newest and deployed records, e.g. after a restart; one
+  /// still in progress there was cut short by kiln stopping: failed, Interrupted). An error
+  /// result naming the id (bounded) when neither knows it.
+  ToolResult DeployResultFor(const std::string& deploy_id,
+                             const std::vector<JournaledDeploy>& journaled) const;
   const nlohmann::json& deployed() const { return deployed_; }
   /// domain_status.
   nlohmann::json DomainStatus() const;
@@ -151,6 +188,7 @@ class DomainCore {
   };
   nlohmann::json View(const DeployRun& run) const;
   void Finish(DeployRun& run, DeployResult res, DomainEffects* out);
+  void Start(const DeployRun& run, DomainEffects* out) const;  // logs, then DeployStartEffect
   void Attach(DeployRun& run, bool wait, WaiterId waiter, SinkId sink, DomainEffects* out);
   void RememberBuild(const BuildId& id, const std::string& candidate);
 

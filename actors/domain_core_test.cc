@@ -51,6 +51,7 @@ class DomainCoreTest : public ::testing::Test {
     o.remote = "https://kiln.example/git/dom";
     o.history_per_candidate = history;
     o.max_candidates = max_candidates;
+    o.has_deployer = true;
     o.now = [this] { return now_; };
     o.new_deploy_id = [this] { return "d-" + std::to_string(++ids_); };
     return DomainCore(o);
@@ -291,6 +292,154 @@ TEST_F(DomainCoreTest, ALookupRefusalGetsAKindUnlessItHasOne) {
   EXPECT_EQ(DomainCore::NotDeployable(plain).structured["error_kind"], "invalid_argument");
   ToolResult kinded{{{"error", "x"}, {"error_kind", "not_pushed"}}, true};
   EXPECT_EQ(DomainCore::NotDeployable(kinded).structured["error_kind"], "not_pushed");
+}
+
+ToolCall Call(const std::string& tool, nlohmann::json args) {
+  ToolCall c;
+  c.tool = tool;
+  c.arguments = std::move(args);
+  return c;
+}
+DomainRequest Parsed(const std::string& tool, nlohmann::json args) {
+  auto p = DomainCore::Parse(Call(tool, std::move(args)));
+  EXPECT_TRUE(std::holds_alternative<DomainRequest>(p)) << tool;
+  return std::holds_alternative<DomainRequest>(p) ? std::get<DomainRequest>(p) : DomainRequest{};
+}
+std::string Refused(const std::string& tool, nlohmann::json args) {
+  auto p = DomainCore::Parse(Call(tool, std::move(args)));
+  if (!std::holds_alternative<ToolResult>(p)) return "(parsed)";
+  EXPECT_TRUE(std::get<ToolResult>(p).is_error);
+  return std::get<ToolResult>(p).structured.value("error", "");
+}
+
+TEST(DomainCoreParse, EachToolGetsItsArguments) {
+  const std::string id = "b-00000000000000a1";
+  auto build = Parsed("build_candidate", {{"candidate", "alice"}, {"ref", "main"}});
+  EXPECT_EQ(build.tool, DomainTool::kBuildCandidate);
+  EXPECT_EQ(build.build.candidate, "alice");
+  auto status = Parsed("candidate_status", {{"candidate", "alice"}});
+  EXPECT_EQ(status.tool, DomainTool::kCandidateStatus);
+  EXPECT_EQ(status.candidate, "alice");
+  auto deploy =
+      Parsed("deploy_candidate", {{"candidate", "bob"}, {"build_id", id}, {"wait", false}});
+  EXPECT_EQ(deploy.candidate, "bob");
+  EXPECT_EQ(deploy.build_id, id);
+  EXPECT_FALSE(deploy.wait);
+  auto latest = Parsed("deploy_candidate", {{"candidate", "bob"}});
+  EXPECT_FALSE(latest.build_id);
+  EXPECT_TRUE(latest.wait);
+  EXPECT_FALSE(Parsed("apply", nlohmann::json::object()).candidate);
+  EXPECT_EQ(Parsed("apply", {{"candidate", "carol"}}).candidate, "carol");
+  auto log = Parsed("build_log", {{"build_id", id}, {"tail", 100}});
+  EXPECT_EQ(log.build_id, id);
+  EXPECT_EQ(log.tail, 100u);
+  auto chunk = Parsed("build_log", {{"build_id", id}, {"offset", 5}, {"limit", 10}});
+  EXPECT_EQ(chunk.offset, 5u);
+  EXPECT_EQ(chunk.limit, 10u);
+  EXPECT_EQ(chunk.tail, 0u);
+  auto result = Parsed("build_result", {{"build_id", id}, {"candidate", "alice"}});
+  EXPECT_EQ(result.build_id, id);
+  EXPECT_EQ(result.candidate, "alice");
+  EXPECT_FALSE(Parsed("build_result", {{"build_id", id}, {"candidate", 7}}).candidate);
+  EXPECT_EQ(Parsed("cancel_build", {{"build_id", id}}).build_id, id);
+  EXPECT_EQ(Parsed("deploy_result", {{"deploy_id", "d-1"}}).deploy_id, "d-1");
+  auto cancel = Parsed("cancel_deploy", {{"deploy_id", "d-2"}});
+  EXPECT_EQ(cancel.tool, DomainTool::kCancelDeploy);
+  EXPECT_EQ(cancel.deploy_id, "d-2");
+  EXPECT_EQ(Parsed("list_candidates", nlohmann::json::object()).tool, DomainTool::kListCandidates);
+  EXPECT_EQ(Parsed("domain_status", nlohmann::json::object()).tool, DomainTool::kDomainStatus);
+}
+
+TEST(DomainCoreParse, UnknownToolsAndBadArgumentsAreRefusedWithTheReason) {
+  EXPECT_EQ(Refused("rm -rf", {}), "unknown tool 'rm -rf'");
+  EXPECT_EQ(Refused(std::string(100, 'x'), {}), "unknown tool '" + std::string(64, 'x') + "'");
+  EXPECT_EQ(Refused("deploy_result", nlohmann::json::object()),
+            "deploy_result needs deploy_id (string)");
+  EXPECT_EQ(Refused("cancel_deploy", {{"deploy_id", 5}}), "cancel_deploy needs deploy_id (string)");
+  EXPECT_EQ(Refused("list_candidates", {{"x", 1}}), "list_candidates takes no arguments");
+  EXPECT_EQ(Refused("cancel_build", {{"build_id", "b-1"}}),
+            "build_id is malformed (expected b-<16 hex>)");
+  EXPECT_EQ(Refused("build_result", {{"candidate", "alice"}, {"build_id", "x"}}),
+            "build_id is malformed (expected b-<16 hex>)");
+  EXPECT_NE(Refused("build_candidate", nlohmann::json::object()), "(parsed)");
+  EXPECT_NE(Refused("candidate_status", {{"candidate", "../x"}}), "(parsed)");
+}
+
+TEST_F(DomainCoreTest, ADomainWithoutADeployTargetRefusesDeploys) {
+  DomainCore::Options o;
+  o.domain = "dom";
+  DomainCore c(o);
+  auto r = c.DeployRefusal("alice", std::nullopt, true);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->structured["error"], "domain 'dom' has no deploy target (deploy.type is \"none\")");
+}
+
+TEST_F(DomainCoreTest, TheDeployedBuildAfterARestartShowsInItsCandidatesStatus) {
+  auto c = Make();
+  DeployRecord d;
+  d.deploy_id = "d-7";
+  d.build_id = "b-7";
+  d.image = "reg/app@sha256:7";
+  BuildRecord b;
+  b.candidate = "alice";
+  b.digest = "sha256:7";
+  b.commit = "c7";
+  c.RestoreDeployed(d, b);
+  EXPECT_EQ(c.deployed()["candidate"], "alice");
+  EXPECT_EQ(c.deployed()["digest"], "sha256:7");
+  EXPECT_EQ(c.deployed()["status"], "rolled_out");
+  ToolResult alice = c.WithDeployedBuild(ToolResult{{{"candidate", "alice"}}, false}, "alice");
+  EXPECT_EQ(alice.structured["deployed_build"]["deploy_id"], "d-7");
+  ToolResult bob = c.WithDeployedBuild(ToolResult{{{"candidate", "bob"}}, false}, "bob");
+  EXPECT_FALSE(bob.structured.contains("deployed_build"));
+  // The journal no longer has the build: the deploy is still the domain's, without candidate.
+  auto gone = Make();
+  gone.RestoreDeployed(d, std::nullopt);
+  EXPECT_EQ(gone.deployed()["build_id"], "b-7");
+  EXPECT_EQ(gone.deployed()["candidate"], "");
+}
+
+TEST_F(DomainCoreTest, DeployResultComesFromTheCoreThenTheJournal) {
+  auto c = Make();
+  c.AdmitDeploy(c.Arrive(), Info("alice", "b-1", 10), false, 1, 0);
+  DeployRecord cut;  // in progress when kiln stopped
+  cut.deploy_id = "d-old";
+  cut.build_id = "b-0";
+  cut.image = "reg/app@sha256:0";
+  cut.status = "in_progress";
+  DeployRecord done = cut;
+  done.deploy_id = "d-done";
+  done.status = "rolled_out";
+  std::vector<JournaledDeploy> journaled = {{cut, std::string("alice")}, {done, std::nullopt}};
+  ToolResult live = c.DeployResultFor("d-1", journaled);
+  EXPECT_EQ(live.structured["status"], "in_progress");
+  EXPECT_FALSE(live.is_error);
+  ToolResult interrupted = c.DeployResultFor("d-old", journaled);
+  EXPECT_TRUE(interrupted.is_error);
+  EXPECT_EQ(interrupted.structured["status"], "failed");
+  EXPECT_EQ(interrupted.structured["reason"], "Interrupted");
+  EXPECT_EQ(interrupted.structured["error_kind"], "infrastructure");
+  EXPECT_EQ(interrupted.structured["candidate"], "alice");
+  EXPECT_EQ(interrupted.structured["image"]["ref"], "reg/app@sha256:0");
+  ToolResult rolled = c.DeployResultFor("d-done", journaled);
+  EXPECT_FALSE(rolled.is_error);
+  EXPECT_EQ(rolled.structured["status"], "rolled_out");
+  EXPECT_TRUE(rolled.structured["reason"].is_null());
+  EXPECT_FALSE(rolled.structured.contains("candidate"));
+  ToolResult unknown = c.DeployResultFor(std::string(100, 'z'), journaled);
+  EXPECT_TRUE(unknown.is_error);
+  EXPECT_EQ(unknown.structured["error"], "deploy '" + std::string(64, 'z') + "' not found");
+}
+
+TEST_F(DomainCoreTest, ListCandidatesNamesTheDomain) {
+  auto c = Make();
+  c.AddCandidate("alice");
+  c.OnSummary(Summary("alice", "b-1"));
+  ToolResult r = c.ListCandidates();
+  EXPECT_FALSE(r.is_error);
+  EXPECT_EQ(r.structured["domain"], "dom");
+  ASSERT_EQ(r.structured["candidates"].size(), 1u);
+  EXPECT_EQ(r.structured["candidates"][0]["candidate"], "alice");
 }
 
 }  // namespace

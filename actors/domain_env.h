@@ -12,15 +12,14 @@
 #include "builder/builder.h"
 #include "config/config.h"
 #include "deploy/deployer.h"
+#include "state/state_store.h"
 #include "workspace/git_repo.h"
 
 namespace kiln {
 
 class BuildMetrics;
-class KeyStore;
 class StorageGate;        // issue 19 (storage/collector.h)
 class StorageLeaseTable;  // issue 19 (storage/lease_table.h)
-class StateStore;
 class StateWriter;
 
 struct DomainEnv {
@@ -33,12 +32,13 @@ struct DomainEnv {
   std::shared_ptr<GitRepo> repo;             // null in `kiln build --source` mode
   std::shared_ptr<Builder> builder;
   std::shared_ptr<BlockingWork> work;
-  std::shared_ptr<BuildMetrics> metrics;      // may be null
-  std::shared_ptr<BusyBranches> busy;         // may be null
-  std::shared_ptr<KeyStore> keys;             // may be null: no persistent build-key cache
-  std::shared_ptr<Deployer> deployer;         // null: deploy.type "none"
-  std::shared_ptr<StateStore> store;          // may be null: nothing persisted (`kiln build`)
-  std::shared_ptr<StateWriter> writer;        // set with store: the store's writes run here
+  std::shared_ptr<BuildMetrics> metrics;  // may be null
+  std::shared_ptr<BusyBranches> busy;     // may be null
+  std::shared_ptr<Deployer> deployer;     // null: deploy.type "none"
+  // The durable store (may be null: nothing persisted). Its build-key cache always; its
+  // journal only when journaled() (not in `kiln build`, beside a serving kiln).
+  std::shared_ptr<StateStore> store;
+  std::shared_ptr<StateWriter> writer;        // set with a journaled store: its writes run here
   std::vector<std::string> known_candidates;  // candidates with a workspace (restored at start)
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;
@@ -48,6 +48,8 @@ struct DomainEnv {
   std::shared_ptr<StorageGate> storage_gate;          // may be null: no budget refusals
   // --- end issue 19 ---
 
+  /// The store when its journal is this process's (builds and deploys are recorded), else null.
+  StateStore* journal() const { return store && store->journaled() ? store.get() : nullptr; }
   std::string CandidateDir(const std::string& c) const { return domain_dir + "/candidates/" + c; }
   std::string CacheDir() const { return domain_dir + "/cache"; }
 };

@@ -2,9 +2,9 @@
 // (a build id, a build's end, a deploy's outcome) is held until the StateWriter has written
 // that record, so a caller never holds an answer a crash could take back (docs/state.md).
 //
-// Usage, inside an actor whose behavior has
-//   [=](journaled_atom, uint64_t ticket) { self->state.answers.Release(ticket); }
-// call `answers.After(writer, me, write, result, promises)`: `write` runs on the writer thread
+// Used through Callers (actors/actor_glue.h), in an actor whose behavior has
+//   [=](journaled_atom, uint64_t ticket) { self->state.callers.Journaled(ticket); }
+// Callers calls `After(writer, me, write, result, promises)`: `write` runs on the writer thread
 // (after everything posted before it), then the actor gets `journaled` and the promises get
 // `result`. With no writer (no state journal) there is nothing to wait for: the promises get
 // `result` at once and `write` is dropped.

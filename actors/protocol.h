@@ -188,10 +188,11 @@ typename Inspector::result_type inspect(Inspector& f, PushedRef& x) {
 
 }  // namespace kiln
 
-// Not inspectable in CAF 0.17, so allowed unsafe (local messages only; kiln has no remote
-// actors): std::optional fields (BuildRequest, ToolProgress), nlohmann::json payloads
-// (ToolCall, ToolResult, CandidateSummary), shared_ptr payloads (OutcomePtr, SubmitReply),
-// Status and diagnostics (WorkDone), nested deploy details (DeployResult).
+// Not inspectable in CAF 0.17 (its inspectors know neither std::optional, nlohmann::json nor
+// shared_ptr), so allowed unsafe (local messages only; these never cross the pool's remote
+// transport): std::optional fields (BuildRequest, ToolProgress, DeployResult's
+// DeployFailureDetails), nlohmann::json payloads (ToolCall, ToolResult, CandidateSummary),
+// shared_ptr payloads (OutcomePtr, SubmitReply), a Status (WorkDone: private fields).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::BuildRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::SubmitReply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::OutcomePtr)

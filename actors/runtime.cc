@@ -23,7 +23,6 @@
 #include "actors/tool_views.h"
 #include "common/json_text.h"
 #include "common/names.h"
-#include "state/key_store.h"
 #include "state/state_store.h"
 #include "storage/collector.h"     // issue 19
 #include "storage/lease_table.h"   // issue 19
@@ -58,7 +57,8 @@ struct Runtime::Impl {
   SchedulerActor scheduler;
   std::map<std::string, DomainActor> domains;
   std::vector<std::shared_ptr<Deployer>> deployers;  // shut down after the domains
-  std::shared_ptr<StateStore> store;                 // null when not persisting
+  // The one durable store: its build-key cache always, its journal when persisting.
+  std::shared_ptr<StateStore> store;
   std::shared_ptr<StateWriter> writer;
 
   // Issue 17: MCP tool calls go through the transport actor (actors/mcp_transport_actor.h).
@@ -142,8 +142,10 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
                                       ec.message());
   fs::permissions(state, fs::perms::owner_all, fs::perm_options::replace, ec);
 
+  StateStoreOptions so;
+  so.keys_dir = state + "/keys";  // shared with `kiln build`: needs no journal lock
+  impl->store = std::make_shared<StateStore>(so);
   if (opts.persist) {
-    impl->store = std::make_shared<StateStore>(StateStoreOptions{});
     LoadSummary sum;
     Status st = impl->store->Load(state + "/state", &sum);
     if (!st.ok())
@@ -172,9 +174,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     weights[name] = d.weight;
     slots[name] = static_cast<size_t>(DomainBuildSlots(*config, d));
   }
-  auto keys = std::make_shared<KeyStore>(state + "/keys");
   impl->scheduler = SpawnScheduler(*impl->sys, config->scheduler.max_parallel_builds, weights,
-                                   impl->metrics, keys->LoadAll(), slots);
+                                   impl->metrics, impl->store->BuildKeys(), slots);
 
   for (const auto& [name, d] : config->domains) {
     auto env = std::make_shared<DomainEnv>();
@@ -190,9 +191,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     env->builder = d.build.mode == "layered" ? impl->layered : impl->builder;
     env->work = impl->work;
     env->metrics = impl->metrics;
-    env->keys = keys;
     env->busy = impl->busy;
-    if (impl->store) {  // issue 19: budgets apply to served domains, not to `kiln build`
+    if (opts.persist) {  // issue 19: budgets apply to served domains, not to `kiln build`
       env->storage_leases = impl->storage_leases;
       env->storage_gate = impl->storage_gate;
     }
@@ -203,7 +203,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     if (env->deployer) impl->deployers.push_back(env->deployer);
     env->store = impl->store;
     env->writer = impl->writer;
-    if (impl->store)
+    if (opts.persist)
       for (const auto& c : impl->store->Candidates(name))
         if (ValidateName(c, "candidate").ok()) env->known_candidates.push_back(c);
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
@@ -245,7 +245,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
       }
     });
   // Issue 19: the storage collector, at start and every storage.gc_interval_s.
-  if (impl->store) {
+  if (opts.persist) {
     impl->collector =
         std::make_unique<StorageCollector>(config, state, impl->storage_leases, impl->storage_gate);
     impl->gc_thread = std::thread([raw] {

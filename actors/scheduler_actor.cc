@@ -62,15 +62,15 @@ SchedulerActor::behavior_type SchedulerBehavior(
     std::shared_ptr<BuildMetrics> metrics, std::vector<std::pair<std::string, OutcomePtr>> known,
     std::map<std::string, size_t> slots) {
   InstallHandlers(self, "scheduler");
-  auto& s = self->state;
-  s.core = std::make_unique<SchedulerCore>(max_parallel);
-  for (const auto& [d, w] : weights) s.core->SetWeight(d, w);
-  for (auto& [k, o] : known) s.core->Remember(k, o);
-  for (const auto& [d, n] : slots) s.core->SetDomainCap(d, n);
-  s.weights = std::move(weights);
-  s.slots = std::move(slots);
-  s.max_parallel = max_parallel;
-  s.metrics = std::move(metrics);
+  SchedulerState& init = self->state;
+  init.core = std::make_unique<SchedulerCore>(max_parallel);
+  for (const auto& [dom, w] : weights) init.core->SetWeight(dom, w);
+  for (auto& [k, o] : known) init.core->Remember(k, o);
+  for (const auto& [dom, n] : slots) init.core->SetDomainCap(dom, n);
+  init.weights = std::move(weights);
+  init.slots = std::move(slots);
+  init.max_parallel = max_parallel;
+  init.metrics = std::move(metrics);
   UpdateGauges(self);
   return {
       [=](submit_atom, const JobRequest& req, const CandidateActor& cand) -> SubmitReply {

@@ -18,7 +18,7 @@ namespace kiln {
 class BuildMetrics;
 
 /// `weights`: domain -> weight. `metrics` may be null.
-/// `known` seeds the build-key cache (loaded from the KeyStore).
+/// `known` seeds the build-key cache (StateStore::BuildKeys, loaded at start).
 /// `slots`: domain -> the most builds it may run at once (absent: only `max_parallel`).
 SchedulerActor SpawnScheduler(caf::actor_system& sys, size_t max_parallel,
                               std::map<std::string, int> weights,

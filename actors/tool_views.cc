@@ -132,6 +132,31 @@ Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id) {
   return Status::Ok();
 }
 
+Status ParseBuildResultArgs(const nlohmann::json& args, std::string* candidate,
+                            std::string* build_id) {
+  nlohmann::json rest = args;
+  candidate->clear();
+  if (rest.is_object() && rest.contains("candidate")) {
+    if (rest["candidate"].is_string()) *candidate = rest["candidate"].get<std::string>();
+    rest.erase("candidate");
+  }
+  return ParseBuildIdArg(rest, build_id);
+}
+
+Status ParseDeployIdArg(const std::string& tool, const nlohmann::json& args,
+                        std::string* deploy_id) {
+  if (!args.is_object() || !args.contains("deploy_id") || !args["deploy_id"].is_string())
+    return Status::InvalidArgument(tool + " needs deploy_id (string)");
+  *deploy_id = args["deploy_id"].get<std::string>();
+  return Status::Ok();
+}
+
+Status ParseNoArgs(const std::string& tool, const nlohmann::json& args) {
+  if (!args.is_object() || !args.empty())
+    return Status::InvalidArgument(tool + " takes no arguments");
+  return Status::Ok();
+}
+
 Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
                     size_t* limit) {
   if (args.is_object() && args.contains("tail"))

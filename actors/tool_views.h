@@ -52,6 +52,16 @@ Status ParseApplyArgs(const nlohmann::json& args, std::optional<std::string>* ca
 Status ParseCandidateArg(const nlohmann::json& args, std::string* candidate);
 /// build_log / cancel_build: build_id (and offset >= 0, 1 <= limit <= 1 MiB, default 64 KiB).
 Status ParseBuildIdArg(const nlohmann::json& args, std::string* build_id);
+/// build_result (issue 17, MCP tasks/get): build_id, and the task's candidate when it names
+/// one (a non-string candidate is ignored; *candidate is "" then). ParseBuildIdArg's errors.
+Status ParseBuildResultArgs(const nlohmann::json& args, std::string* candidate,
+                            std::string* build_id);
+/// deploy_result / cancel_deploy (issue 17): deploy_id (string). InvalidArgument
+/// "<tool> needs deploy_id (string)" otherwise.
+Status ParseDeployIdArg(const std::string& tool, const nlohmann::json& args,
+                        std::string* deploy_id);
+/// list_candidates: no arguments (an empty object). InvalidArgument otherwise.
+Status ParseNoArgs(const std::string& tool, const nlohmann::json& args);
 Status ParseLogArgs(const nlohmann::json& args, std::string* build_id, size_t* offset,
                     size_t* limit);
 /// Issue 16: also `tail` (1..1 MiB: the last `tail` bytes; not with offset/limit). *tail is 0

@@ -36,10 +36,8 @@ constexpr int kExitLoad = 201;    // the load script could not load a base image
 constexpr int kExitExport = 202;  // ... could not export the built image
 
 std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  std::string s;
+  ReadFile(path, &s);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }

@@ -5,6 +5,8 @@
 #include <set>
 #include <tuple>
 
+#include "common/json_text.h"
+
 namespace kiln {
 namespace {
 
@@ -35,32 +37,10 @@ std::string_view TrimRight(std::string_view s) {
 }
 std::string_view Trim(std::string_view s) { return TrimRight(TrimLeft(s)); }
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if invalid.
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if invalid (common/json_text.h).
 size_t Utf8SeqLen(std::string_view s, size_t i) {
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  size_t n;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;  // no surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
-  }
-  return n;
+  Utf8Unit u = Utf8UnitAt(s.substr(i));
+  return u.valid ? u.length : 0;
 }
 
 // Valid UTF-8 without control characters, at most `max_bytes` of input considered.

@@ -109,7 +109,7 @@ Status LayeredBuilder::ParseBaseRef(const std::string& ref, std::string* host, s
   *host = ref.substr(0, slash);
   *repo = ref.substr(slash + 1, at - slash - 1);
   *digest = ref.substr(at + 1);
-  if (repo->empty() || !IsSha256Hex(digest->substr(7)))
+  if (repo->empty() || !IsSha256Digest(*digest))
     return Status::InvalidArgument("base_image must be <host:port>/<repository>@sha256:<digest>");
   return Status::Ok();
 }

@@ -8,10 +8,6 @@ using json = nlohmann::json;
 namespace {
 constexpr char kEpoch[] = "1970-01-01T00:00:00Z";
 
-bool IsDigest(const std::string& d) {
-  return d.size() == 71 && d.rfind("sha256:", 0) == 0 && IsSha256Hex(d.substr(7));
-}
-
 json Descriptor(const OciDescriptor& d) {
   return {{"mediaType", d.media_type}, {"digest", d.digest}, {"size", d.size}};
 }
@@ -30,7 +26,8 @@ Status MakeOciImage(const json& base_manifest, const json& base_config, const Oc
       !base_manifest["layers"].is_array() || !base_manifest.contains("config"))
     return Status::InvalidArgument("base manifest has no config/layers");
   if (!base_config.is_object()) return Status::InvalidArgument("base config is not an object");
-  if (!IsDigest(spec.layer.digest) || !IsDigest(spec.layer_diff_id) || spec.layer.size == 0)
+  if (!IsSha256Digest(spec.layer.digest) || !IsSha256Digest(spec.layer_diff_id) ||
+      spec.layer.size == 0)
     return Status::InvalidArgument("layer descriptor needs a sha256 digest, diff_id and size");
 
   OciImage img;
@@ -42,7 +39,7 @@ Status MakeOciImage(const json& base_manifest, const json& base_config, const Oc
     d.media_type = OciLayerMediaType(l.value("mediaType", std::string(kOciLayerTarGzip)));
     d.digest = l["digest"].get<std::string>();
     d.size = l["size"].get<uint64_t>();
-    if (!IsDigest(d.digest))
+    if (!IsSha256Digest(d.digest))
       return Status::InvalidArgument("base layer digest is not sha256: " + d.digest);
     img.base_layers.push_back(std::move(d));
   }

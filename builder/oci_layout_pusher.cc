@@ -12,6 +12,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/sha256.h"
+
 namespace kiln {
 namespace {
 using json = nlohmann::json;
@@ -19,15 +21,6 @@ using json = nlohmann::json;
 constexpr size_t kMaxIndexBytes = 1 << 20;
 constexpr size_t kMaxManifestBytes = 4 << 20;
 constexpr size_t kMaxBlobBytes = size_t{1} << 30;
-
-bool ValidDigest(const std::string& d) {
-  if (d.size() != 71 || d.rfind("sha256:", 0) != 0) return false;
-  for (size_t i = 7; i < d.size(); ++i) {
-    char c = d[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
 
 std::string BlobPath(const std::string& digest) { return "blobs/sha256/" + digest.substr(7); }
 
@@ -124,7 +117,7 @@ Status LoadManifest(const OciPushRequest& req, Manifest* m) {
   if (!pick) return Status::NotFound("image layout has no image named " + req.ref_name);
   m->digest = pick->value("digest", "");
   m->media_type = pick->value("mediaType", "");
-  if (!ValidDigest(m->digest)) return Status::InvalidArgument("index.json: malformed digest");
+  if (!IsSha256Digest(m->digest)) return Status::InvalidArgument("index.json: malformed digest");
   if (m->media_type != kOciManifestType && m->media_type != kDockerManifestType)
     return Status::InvalidArgument("index.json: unsupported manifest type " + m->media_type);
   st = ReadFileBeneath(req.layout_dir, BlobPath(m->digest), kMaxManifestBytes, &m->body);
@@ -137,7 +130,7 @@ Status LoadManifest(const OciPushRequest& req, Manifest* m) {
   for (const auto& l : man["layers"])
     m->blobs.push_back(l.is_object() ? l.value("digest", "") : "");
   for (const auto& d : m->blobs)
-    if (!ValidDigest(d)) return Status::InvalidArgument("manifest: malformed blob digest");
+    if (!IsSha256Digest(d)) return Status::InvalidArgument("manifest: malformed blob digest");
   if (!req.expect_config_digest.empty() && m->blobs[0] != req.expect_config_digest)
     return Status::Internal("the image layout holds " + m->blobs[0] + ", not the built image " +
                             req.expect_config_digest);

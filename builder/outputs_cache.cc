@@ -21,10 +21,6 @@ namespace {
 constexpr char kMagic[] = "kiln-layer v1\n";
 constexpr char kSuffix[] = ".layer";
 
-bool IsDigest(const std::string& d) {
-  return d.size() == 71 && d.rfind("sha256:", 0) == 0 && IsSha256Hex(d.substr(7));
-}
-
 bool ReadAll(const std::string& path, std::string* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
@@ -114,14 +110,14 @@ std::string OutputsCache::Path(const std::string& diff_id) const {
 }
 
 bool OutputsCache::Lookup(const std::string& diff_id, LayerBlob* out) {
-  if (!IsDigest(diff_id)) return false;
+  if (!IsSha256Digest(diff_id)) return false;
   const std::string path = Path(diff_id);
   std::string file;
   if (!ReadAll(path, &file)) return false;
   const size_t magic = sizeof(kMagic) - 1;
   const size_t nl = file.find('\n', magic);
   std::string digest = nl == std::string::npos ? "" : file.substr(magic, nl - magic);
-  if (file.compare(0, magic, kMagic) != 0 || !IsDigest(digest) ||
+  if (file.compare(0, magic, kMagic) != 0 || !IsSha256Digest(digest) ||
       "sha256:" + Sha256Hex(std::string_view(file).substr(nl + 1)) != digest) {
     std::error_code ec;
     fs::remove(path, ec);  // corrupt or foreign: drop it
@@ -138,7 +134,7 @@ bool OutputsCache::Lookup(const std::string& diff_id, LayerBlob* out) {
 }
 
 Status OutputsCache::Store(const LayerBlob& blob) {
-  if (!IsDigest(blob.diff_id) || !IsDigest(blob.digest))
+  if (!IsSha256Digest(blob.diff_id) || !IsSha256Digest(blob.digest))
     return Status::InvalidArgument("layer without digest/diff_id");
   if (blob.data.size() + 128 > max_bytes_) return Status::Ok();
   std::lock_guard<std::mutex> l(mu_);
@@ -175,7 +171,7 @@ Status OutputsCache::Store(const LayerBlob& blob) {
 }
 
 bool OutputsCache::LookupFile(const std::string& diff_id, LayerBlob* out) {
-  if (!IsDigest(diff_id)) return false;
+  if (!IsSha256Digest(diff_id)) return false;
   const std::string path = Path(diff_id);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
@@ -190,7 +186,7 @@ bool OutputsCache::LookupFile(const std::string& diff_id, LayerBlob* out) {
     const size_t magic = sizeof(kMagic) - 1;
     digest.assign(head + magic, 71);
     ok = std::memcmp(head, kMagic, magic) == 0 && head[kHeaderBytes - 1] == '\n' &&
-         IsDigest(digest) && HashFrom(fd, kHeaderBytes, &actual, &size) && actual == digest;
+         IsSha256Digest(digest) && HashFrom(fd, kHeaderBytes, &actual, &size) && actual == digest;
   }
   if (!ok) {
     std::error_code ec;
@@ -210,7 +206,7 @@ bool OutputsCache::LookupFile(const std::string& diff_id, LayerBlob* out) {
 
 Status OutputsCache::StoreStream(const std::string& diff_id, const BlobProducer& produce,
                                  LayerBlob* out) {
-  if (!IsDigest(diff_id)) return Status::InvalidArgument("layer without diff_id");
+  if (!IsSha256Digest(diff_id)) return Status::InvalidArgument("layer without diff_id");
   std::error_code ec;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -230,7 +226,7 @@ Status OutputsCache::StoreStream(const std::string& diff_id, const BlobProducer&
   Status st = sink.Write(std::string(kHeaderBytes, ' ').data(), kHeaderBytes);  // placeholder
   if (st.ok()) st = produce(&sink, &blob.digest, &size);
   const std::string head = std::string(kMagic) + blob.digest + "\n";
-  if (st.ok() && (!IsDigest(blob.digest) || head.size() != kHeaderBytes))
+  if (st.ok() && (!IsSha256Digest(blob.digest) || head.size() != kHeaderBytes))
     st = Status::Internal("layer producer gave no digest");
   if (st.ok() && ::pwrite(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()))
     st = Status::Internal("cannot store layer in " + dir_);

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 
 #include "common/subprocess.h"
 
@@ -27,6 +29,16 @@ std::string ParentOf(const std::string& path) {
 }
 
 }  // namespace
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return false;
+  *out = ss.str();
+  return true;
+}
 
 Status SyncDirectory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -26,6 +26,10 @@ enum class Durability { kDurable, kAtomicOnly };
 Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644,
                        Durability durability = Durability::kDurable);
 
+/// Reads the whole file `path` (binary) into *out. False, *out unchanged, when it cannot be
+/// opened or read.
+bool ReadFile(const std::string& path, std::string* out);
+
 /// fsync of a directory (after a rename or unlink in it). Internal on failure.
 Status SyncDirectory(const std::string& dir);
 

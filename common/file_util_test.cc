@@ -61,6 +61,20 @@ TEST_F(FileUtilTest, MissingDirectoryIsAnErrorNamingThePath) {
   EXPECT_NE(s.message().find("missing/file"), std::string::npos);
 }
 
+TEST_F(FileUtilTest, ReadFileReadsEveryByteAndLeavesTheOutputAloneOnFailure) {
+  const std::string bytes("a\0b\xff\n", 5);
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/f", bytes).ok());
+  std::string out = "old";
+  ASSERT_TRUE(ReadFile(dir_ + "/f", &out));
+  EXPECT_EQ(out, bytes);
+  out = "old";
+  EXPECT_FALSE(ReadFile(dir_ + "/missing", &out));
+  EXPECT_EQ(out, "old");
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/empty", "").ok());
+  ASSERT_TRUE(ReadFile(dir_ + "/empty", &out));
+  EXPECT_EQ(out, "");
+}
+
 TEST_F(FileUtilTest, ExclusiveLockExcludesASecondHolder) {
   std::string path = dir_ + "/repo.lock";
   {

@@ -33,8 +33,6 @@ bool ValidTag(const std::string& t) {
   return true;
 }
 
-bool ValidDigest(const std::string& d) { return IsSha256Digest(d); }
-
 bool ValidHost(const std::string& h) {
   if (h.empty()) return false;
   for (char c : h)
@@ -138,7 +136,7 @@ bool ParseImageRef(const std::string& image, ImageRef* out, std::string* why) {
   if (at != std::string::npos) {
     out->digest = rest.substr(at + 1);
     rest = rest.substr(0, at);
-    if (!ValidDigest(out->digest)) {
+    if (!IsSha256Digest(out->digest)) {
       *why = "the digest is not sha256:<64 lowercase hex digits>";
       return false;
     }
@@ -196,7 +194,7 @@ std::string ValidateBaseImagePattern(const std::string& pattern) {
   if (pattern.size() > 256) return "must be at most 256 characters";
   std::string repo, tag, digest;
   SplitPattern(pattern, &repo, &tag, &digest);
-  if (!digest.empty() && !ValidDigest(digest)) return "digest must be sha256:<64 lowercase hex>";
+  if (!digest.empty() && !IsSha256Digest(digest)) return "digest must be sha256:<64 lowercase hex>";
   if (pattern.find('@') != std::string::npos && digest.empty()) return "digest is empty";
   if (pattern.find(':') != std::string::npos && pattern.find('@') == std::string::npos &&
       tag.empty())

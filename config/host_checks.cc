@@ -9,14 +9,15 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_util.h"
+
 namespace kiln {
 namespace {
 
 std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text;  // "" when missing
+  ReadFile(path, &text);
+  return text;
 }
 
 std::optional<long> ReadLong(const std::string& path) {

@@ -8,19 +8,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_util.h"
+
 namespace kiln {
 
 namespace {
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return false;
-  *out = ss.str();
-  return true;
-}
 
 std::string Trim(const std::string& s) {
   size_t b = 0, e = s.size();

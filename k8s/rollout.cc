@@ -3,6 +3,8 @@
 #include <initializer_list>
 #include <regex>
 
+#include "common/json_text.h"
+
 namespace kiln {
 
 namespace {
@@ -259,43 +261,15 @@ PodSigns PodSignsOf(const json& pod, const std::string& container, bool* failing
 
 // --- Issue 16: text hygiene ---
 
-// Appends the UTF-8 sequence at s[i] to *out (or U+FFFD for an invalid one); returns its length.
+// Appends the UTF-8 sequence at s[i] to *out (or U+FFFD for a maximal ill-formed subpart,
+// common/json_text.h); returns the bytes consumed.
 size_t CopyUtf8(const std::string& s, size_t i, std::string* out) {
-  static const char kRepl[] = "\xEF\xBF\xBD";
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = b(i);
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-    return 1;
-  }
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    out->append(kRepl);
-    return 1;
-  }
-  size_t k = 1;
-  for (; k < n; ++k) {
-    if (i + k >= s.size()) break;
-    unsigned char x = b(i + k);
-    if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) break;
-  }
-  if (k < n) {
-    out->append(kRepl);
-    return k;  // skip the lead byte and the valid continuation bytes seen so far
-  }
-  out->append(s, i, n);
-  return n;
+  Utf8Unit u = Utf8UnitAt(std::string_view(s).substr(i));
+  if (u.valid)
+    out->append(s, i, u.length);
+  else
+    out->append("\xEF\xBF\xBD");
+  return u.length;
 }
 
 // Valid UTF-8 with ANSI escape sequences and control characters (but tab and, when

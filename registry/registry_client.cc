@@ -44,10 +44,6 @@ std::string Base64(const std::string& s) {
   return out;
 }
 
-bool ValidDigest(const std::string& d) {
-  return d.size() == 71 && d.rfind("sha256:", 0) == 0 && IsSha256Hex(d.substr(7));
-}
-
 bool ValidRepo(const std::string& r) {
   if (r.empty() || r.size() > 255 || r.front() == '/' || r.back() == '/') return false;
   if (r.find("//") != std::string::npos || r.find("..") != std::string::npos) return false;
@@ -422,7 +418,7 @@ Status RegistryClient::BlobExists(const std::string& repo, const std::string& di
                                   bool* exists) {
   Status st = Check(repo);
   if (!st.ok()) return st;
-  if (!ValidDigest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
+  if (!IsSha256Digest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
   Request req;
   req.method = http::verb::head;
   req.target = "/v2/" + repo + "/blobs/" + digest;
@@ -461,7 +457,7 @@ Status RegistryClient::PutBlob(const std::string& repo, const std::string& diges
                                const std::string& data) {
   Status st = Check(repo);
   if (!st.ok()) return st;
-  if (!ValidDigest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
+  if (!IsSha256Digest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
   if ("sha256:" + Sha256Hex(data) != digest)
     return Status::InvalidArgument("blob data does not match digest " + digest);
   const std::vector<std::string> scopes = {ScopeFor(repo, true)};
@@ -500,7 +496,7 @@ Status RegistryClient::MountBlob(const std::string& repo, const std::string& dig
   if (!st.ok()) return st;
   if (!ValidRepo(from_repo))
     return Status::InvalidArgument("invalid repository name '" + from_repo + "'");
-  if (!ValidDigest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
+  if (!IsSha256Digest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
   Request post;
   post.method = http::verb::post;
   post.target = "/v2/" + repo + "/blobs/uploads/?mount=" + UrlEncode(digest) +
@@ -533,7 +529,7 @@ Status RegistryClient::GetManifest(const std::string& repo, const std::string& r
                                    std::string* digest) {
   Status st = Check(repo);
   if (!st.ok()) return st;
-  bool by_digest = ValidDigest(reference);
+  bool by_digest = IsSha256Digest(reference);
   if (!by_digest && !ValidTag(reference))
     return Status::InvalidArgument("invalid manifest reference '" + reference + "'");
   Request req;
@@ -566,7 +562,7 @@ Status RegistryClient::GetBlob(const std::string& repo, const std::string& diges
                                std::string* data) {
   Status st = Check(repo);
   if (!st.ok()) return st;
-  if (!ValidDigest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
+  if (!IsSha256Digest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
   Request req;
   req.target = "/v2/" + repo + "/blobs/" + digest;
   req.body_limit = opts_.max_blob_bytes;
@@ -596,7 +592,7 @@ Status RegistryClient::PutManifest(const std::string& repo, const std::string& r
   Status st = Check(repo);
   if (!st.ok()) return st;
   std::string d = "sha256:" + Sha256Hex(body);
-  bool by_digest = ValidDigest(reference);
+  bool by_digest = IsSha256Digest(reference);
   if (!by_digest && !ValidTag(reference))
     return Status::InvalidArgument("invalid manifest reference '" + reference + "'");
   if (by_digest && reference != d)

@@ -6,7 +6,13 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "common/file_util.h"
+#include "common/json_text.h"
+#include "common/sha256.h"
 
 namespace kiln {
 namespace {
@@ -250,7 +256,7 @@ struct StateStore::Model {
         reserved_seq = std::max(reserved_seq, j.at("upto").get<uint64_t>());
         break;
       case kCacheDrop:
-        break;  // older versions kept a build-key cache here (now state/key_store.h)
+        break;  // older versions kept a build-key cache here (now the keys_dir files)
       default:
         throw std::invalid_argument("unknown record type " + std::to_string(type));
     }
@@ -425,6 +431,7 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
   summary->load_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
           .count();
+  journaled_ = true;
   return Status::Ok();
 }
 
@@ -629,6 +636,67 @@ uint64_t StateStore::journal_bytes() const {
 uint64_t StateStore::generation() const {
   std::lock_guard<std::mutex> w(write_mu_);
   return journal_ ? journal_->generation() : 0;
+}
+
+// --- the build-key cache ----------------------------------------------------------------
+// One file per key, <keys_dir>/<key>.json: {"key", "image_ref", "digest", "built_by", "commit",
+// "build_ms", "push_ms"} (the format since the cache left the journal; never changed).
+
+Status StateStore::SaveBuildKey(const std::string& key, const BuildOutcome& o) const {
+  if (!IsSha256Hex(key)) return Status::InvalidArgument("bad key");
+  if (options_.keys_dir.empty()) return Status::FailedPrecondition("no build-key cache");
+  std::error_code ec;
+  std::filesystem::create_directories(options_.keys_dir, ec);
+  json j = {{"key", key},          {"image_ref", o.image_ref},
+            {"digest", o.digest},  {"built_by", o.built_by},
+            {"commit", o.commit},  {"build_ms", o.build_ms},
+            {"push_ms", o.push_ms}};
+  return WriteFileAtomic(options_.keys_dir + "/" + key + ".json", DumpJson(j) + "\n", 0600);
+}
+
+std::optional<StateStore::BuildKeyFile> StateStore::ParseBuildKeyFile(const std::string& text) {
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto str = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_number() ? it->get<int64_t>() : int64_t{0};
+  };
+  BuildKeyFile f;
+  f.key = str("key");
+  f.outcome.status = BuildStatus::kSucceeded;
+  f.outcome.image_ref = str("image_ref");
+  f.outcome.digest = str("digest");
+  f.outcome.built_by = str("built_by");
+  f.outcome.commit = str("commit");
+  f.outcome.build_ms = num("build_ms");
+  f.outcome.push_ms = num("push_ms");
+  return f;
+}
+
+std::vector<std::pair<std::string, OutcomePtr>> StateStore::BuildKeys() const {
+  namespace fs = std::filesystem;
+  std::vector<std::tuple<fs::file_time_type, std::string, OutcomePtr>> found;
+  if (options_.keys_dir.empty()) return {};
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(options_.keys_dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() != 69 || name.substr(64) != ".json") continue;
+    std::string text;
+    if (!ReadFile(e.path().string(), &text)) continue;
+    auto file = ParseBuildKeyFile(text);
+    if (!file || file->key != name.substr(0, 64) || !IsSha256Digest(file->outcome.digest)) continue;
+    found.emplace_back(e.last_write_time(ec), file->key,
+                       std::make_shared<BuildOutcome>(std::move(file->outcome)));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  std::vector<std::pair<std::string, OutcomePtr>> out;
+  for (auto& [t, k, o] : found) out.emplace_back(k, o);
+  return out;
 }
 
 }  // namespace kiln

@@ -1,8 +1,17 @@
 // StateStore: kiln's durable state across restarts — build records, the latest successful
 // build per (domain, candidate) and per domain, the deployment per domain and the build-id
 // sequence — as a typed model over a Journal (state/journal.h) in one
-// directory (e.g. <state_dir>/state). The build-key cache is state/key_store.h (files that
-// `kiln build` shares with a running `kiln serve`, which holds this store's lock).
+// directory (e.g. <state_dir>/state) — and the build-key cache (a key -> the image a succeeded
+// build of it produced). kiln's one durable store: nothing else writes kiln's state files.
+//
+// Two parts with different sharing:
+//   - the journal is one process's: Load takes its lock (a second `kiln serve` on the same
+//     state directory is refused);
+//   - the build-key cache is files under `options.keys_dir` (<state_dir>/keys), one small JSON
+//     file per key, each replaced atomically (common/file_util.h WriteFileAtomic: temp file,
+//     fsync, rename, directory fsync). It needs no Load and takes no lock, so `kiln build` (a
+//     store it never loads) shares the cache with a running `kiln serve`. The storage collector
+//     (storage/) removes entries of images it deletes.
 //
 // Usage (from a worker thread or at start-up, never on an actor thread: writes fsync):
 //
@@ -33,6 +42,7 @@
 // Ownership: `options.fs` (when set) must outlive the store.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -109,6 +119,9 @@ struct StateStoreOptions {
   bool sync = true;
   /// Wall clock in unix milliseconds (default: system_clock).
   std::function<int64_t()> now_ms;
+  /// The build-key cache's directory (<state_dir>/keys; created on the first save). "" keeps
+  /// no cache: SaveBuildKey refuses, BuildKeys is empty.
+  std::string keys_dir;
 };
 
 /// What Load found.
@@ -155,6 +168,26 @@ class StateStore {
   /// Writes a snapshot and starts a new journal now (also done automatically).
   Status Compact();
 
+  /// Whether Load succeeded: the journal is this process's (false in `kiln build`).
+  bool journaled() const { return journaled_.load(); }
+
+  // --- the build-key cache (needs no Load; blocking file I/O: worker threads or start-up) ---
+  /// Writes `outcome` (a succeeded build) for `key` (64 lowercase hex), replacing an older
+  /// entry. InvalidArgument for any other key, FailedPrecondition without a keys_dir;
+  /// WriteFileAtomic's error (ResourceExhausted for a full disk, Internal) otherwise.
+  Status SaveBuildKey(const std::string& key, const BuildOutcome& outcome) const;
+  /// Every valid entry, oldest first (by file mtime). Skips other files, unparsable ones, a key
+  /// that does not match its file name and entries without a sha256 digest.
+  std::vector<std::pair<std::string, OutcomePtr>> BuildKeys() const;
+  /// One build-key file's text, as it is: its "key" and outcome fields (a field that is
+  /// missing or of another type stays empty/0). nullopt when the text is not a JSON object.
+  /// Validates nothing else: BuildKeys does; the storage inventory lists invalid entries too.
+  struct BuildKeyFile {
+    std::string key;
+    BuildOutcome outcome;  // status kSucceeded
+  };
+  static std::optional<BuildKeyFile> ParseBuildKeyFile(const std::string& text);
+
   std::optional<BuildRecord> Build(const BuildId& id) const;
   std::optional<BuildRecord> LatestSuccessful(const std::string& domain,
                                               const std::string& candidate) const;
@@ -193,6 +226,7 @@ class StateStore {
   int64_t Now() const;
 
   const StateStoreOptions options_;
+  std::atomic<bool> journaled_{false};  // set once Load succeeded
   mutable std::mutex write_mu_;         // serializes writers and the journal
   std::unique_ptr<Journal> journal_;    // guarded by write_mu_
   uint64_t failed_compaction_at_ = 0;   // journal size of the last failed compaction

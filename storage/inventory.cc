@@ -12,6 +12,9 @@
 #include <sstream>
 #include <utility>
 
+#include "common/file_util.h"
+#include "state/state_store.h"
+
 namespace kiln {
 namespace fs = std::filesystem;
 
@@ -101,10 +104,9 @@ void Add(std::vector<StorageItem>* items, const std::string& state_dir, StorageK
 }
 
 std::string ReadSmall(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str().substr(0, 1 << 16);
+  std::string text;
+  ReadFile(p.string(), &text);
+  return text.substr(0, 1 << 16);
 }
 
 }  // namespace
@@ -149,9 +151,9 @@ std::vector<StorageItem> ScanInventory(const std::string& state_dir, const Confi
   // Build-key cache entries: the domain is the one whose image repository the entry names.
   for (const auto& name : Entries(fs::path(state_dir) / "keys")) {
     if (name.size() != 69 || name.compare(64, 5, ".json") != 0) continue;
-    auto j = nlohmann::json::parse(ReadSmall(fs::path(state_dir) / "keys" / name), nullptr, false);
-    std::string ref = j.is_object() ? j.value("image_ref", "") : "";
-    std::string digest = j.is_object() ? j.value("digest", "") : "";
+    auto file = StateStore::ParseBuildKeyFile(ReadSmall(fs::path(state_dir) / "keys" / name));
+    std::string ref = file ? file->outcome.image_ref : "";
+    std::string digest = file ? file->outcome.digest : "";
     std::string domain;
     for (const auto& [d, dc] : config.domains) {
       std::string needle = "/" + dc.image.repository + "@";

@@ -386,8 +386,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       stream_.expires_after(server_->options_.write_timeout);
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       net::async_write(stream_, net::buffer(*cont),
-                       [self = shared_from_this(), cont](beast::error_code ec, size_t) {
-                         if (ec) return self->Close();
+                       [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                         if (wec) return self->Close();
                          self->ReadBody();
                        });
       return;
