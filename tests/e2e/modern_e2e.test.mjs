@@ -287,7 +287,9 @@ test("ext-tasks: the SDK cancels a build task; a handed-off task resumes after k
     kiln.kill("SIGKILL");
     await kiln.exited;
     await startKiln();
-    session = createTaskSessionFromClient(client, { endpointId: "kiln-modern-e2e", rawDispatch, v2RequestFraming: framing });
+    // A new client and task session, as a restarted agent would have.
+    session = createTaskSessionFromClient(await connect(), { endpointId: "kiln-modern-e2e", rawDispatch,
+      v2RequestFraming: framing });
     const resumed = await session.resumeTask(reference);
     const settled = await resumed.settle();
     // The build was interrupted by the kill: a completed task whose result is an error.
