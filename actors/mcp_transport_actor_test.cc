@@ -197,5 +197,125 @@ TEST_F(TransportActorTest, AClosedStreamKeepsTheBuildByDefault) {
   EXPECT_TRUE(seen_->cancelled_builds.empty());           // the build keeps running
 }
 
+// Issue 17: the session revisions' table lives in the actor. Requests go in through the
+// McpSessionHost that ServeMcpSessions returns; decisions come back through `decided`.
+class TransportSessionsTest : public TransportActorTest {
+ protected:
+  struct Got {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<McpDecision> decided;
+    std::vector<std::pair<ToolResult, bool>> answers;
+  };
+  void StartSessions(McpOptions o) {
+    Start();
+    front_ = std::make_unique<McpFront>(o);
+    host_ = ServeMcpSessions(sys_, transport_, std::move(o));
+    ASSERT_TRUE(host_);
+  }
+  // Sends one request and waits for its decision.
+  McpDecision Send(const std::string& domain, const nlohmann::json& body,
+                   std::optional<std::string> session = std::nullopt) {
+    McpRequest r;
+    r.http_method = "POST";
+    r.domain = domain;
+    r.accept = "application/json";
+    r.content_type = "application/json";
+    r.session_id = std::move(session);
+    r.body = body.dump();
+    McpPreflight pre = front_->Preflight(r);
+    EXPECT_FALSE(pre.answer);
+    size_t before;
+    {
+      std::lock_guard<std::mutex> l(got_->mu);
+      before = got_->decided.size();
+    }
+    auto got = got_;
+    host_->Handle(r, std::move(pre), [got](const McpDecision& d) {
+      std::lock_guard<std::mutex> l(got->mu);
+      got->decided.push_back(d);
+      std::vector<McpCallSink> sinks(d.calls.size());
+      for (auto& s : sinks) {
+        s.done = [got](ToolResult res, bool cancelled) {
+          std::lock_guard<std::mutex> l2(got->mu);
+          got->answers.push_back({std::move(res), cancelled});
+          got->cv.notify_all();
+        };
+      }
+      got->cv.notify_all();
+      return sinks;
+    });
+    std::unique_lock<std::mutex> l(got_->mu);
+    EXPECT_TRUE(got_->cv.wait_for(l, std::chrono::seconds(20),
+                                  [&] { return got_->decided.size() > before; }));
+    return got_->decided.size() > before ? got_->decided.back() : McpDecision{};
+  }
+  static nlohmann::json Init() {
+    return {{"jsonrpc", "2.0"},
+            {"id", 0},
+            {"method", "initialize"},
+            {"params",
+             {{"protocolVersion", "2025-11-25"}, {"capabilities", nlohmann::json::object()}}}};
+  }
+  static nlohmann::json CallMsg(int id, const std::string& tool, nlohmann::json args) {
+    return {{"jsonrpc", "2.0"},
+            {"id", id},
+            {"method", "tools/call"},
+            {"params", {{"name", tool}, {"arguments", std::move(args)}}}};
+  }
+  std::unique_ptr<McpFront> front_;
+  std::shared_ptr<McpSessionHost> host_;
+  std::shared_ptr<Got> got_ = std::make_shared<Got>();
+};
+
+TEST_F(TransportSessionsTest, TheActorOwnsSessionsAndRoutesTheirCalls) {
+  McpOptions o;
+  o.max_sessions_per_domain = 1;
+  StartSessions(o);
+  McpDecision init = Send("a", Init());
+  ASSERT_EQ(init.reply.status, 200) << init.reply.body;
+  const std::string s = init.session_id;
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(host_->SessionCount(), 1u);
+  // A call on the session goes from the actor's table to the domain and back to its sink.
+  McpDecision call = Send("a", CallMsg(1, "candidate_status", {{"candidate", "x"}}), s);
+  ASSERT_EQ(call.calls.size(), 1u);
+  {
+    std::unique_lock<std::mutex> l(got_->mu);
+    ASSERT_TRUE(
+        got_->cv.wait_for(l, std::chrono::seconds(20), [&] { return got_->answers.size() == 1; }));
+    EXPECT_EQ(got_->answers[0].first.structured["state"], "idle");
+    EXPECT_FALSE(got_->answers[0].second);
+  }
+  // Another domain does not see the session.
+  EXPECT_EQ(Send("b", CallMsg(2, "candidate_status", {{"candidate", "x"}}), s).reply.status, 404);
+  // The domain's cap (1): a second initialize evicts its idle session, never another domain's.
+  McpDecision again = Send("a", Init());
+  ASSERT_EQ(again.reply.status, 200);
+  EXPECT_EQ(again.evicted_sessions, 1u);
+  EXPECT_EQ(Send("a", CallMsg(3, "candidate_status", {{"candidate", "x"}}), s).reply.status, 404);
+  EXPECT_EQ(host_->SessionCount(), 1u);
+}
+
+TEST_F(TransportSessionsTest, ACancelledSessionCallCancelsItsBuildAndIsAnsweredCancelled) {
+  StartSessions(McpOptions{});
+  const std::string s = Send("a", Init()).session_id;
+  ASSERT_EQ(Send("a", CallMsg(9, "build_candidate", {{"candidate", "x"}}), s).calls.size(), 1u);
+  // notifications/cancelled arrives on another POST; the actor cancels the build (b-42) once
+  // the domain reported it.
+  McpDecision n = Send(
+      "a",
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 9}}}},
+      s);
+  EXPECT_EQ(n.reply.status, 202);
+  ASSERT_TRUE(seen_->WaitFor([&] { return seen_->cancelled_builds.size() == 1; }));
+  EXPECT_EQ(seen_->cancelled_builds[0], "b-42");
+  std::unique_lock<std::mutex> l(got_->mu);
+  ASSERT_TRUE(
+      got_->cv.wait_for(l, std::chrono::seconds(20), [&] { return got_->answers.size() == 1; }));
+  EXPECT_TRUE(got_->answers[0].second);  // cancelled by the client
+  EXPECT_EQ(host_->InflightCalls(), 0u);
+}
+
 }  // namespace
 }  // namespace kiln

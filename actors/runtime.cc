@@ -283,6 +283,10 @@ void Runtime::Disconnected(uint64_t handle) {
   caf::anon_send(impl_->transport, disconnect_atom::value, handle);
 }
 
+std::shared_ptr<McpSessionHost> Runtime::ServeMcpSessions(McpOptions options) {
+  return kiln::ServeMcpSessions(*impl_->sys, impl_->transport, std::move(options));
+}
+
 nlohmann::json Runtime::Readiness() {
   std::lock_guard<std::mutex> l(impl_->ready_mu);
   return impl_->readiness;

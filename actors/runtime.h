@@ -23,6 +23,7 @@
 #include "core/build_types.h"
 #include "core/tool_backend.h"
 #include "deploy/deployer.h"
+#include "transport/mcp_session_host.h"
 
 namespace kiln {
 
@@ -60,6 +61,11 @@ class Runtime : public ToolBackend {
   uint64_t Call(ToolCall call, ProgressFn progress, DoneFn done) override;
   void Cancel(uint64_t handle) override;
   void Disconnected(uint64_t handle) override;
+
+  /// Issue 17: hands the MCP session table (made from `options`) to the MCP transport actor
+  /// and returns the HTTP layer's view of it (HttpServerOptions::session_host). Blocks until
+  /// the actor took it (at most kQuickReply); null when it did not.
+  std::shared_ptr<McpSessionHost> ServeMcpSessions(McpOptions options);
   nlohmann::json Readiness() override;
   std::string MetricsText() override;
 

@@ -67,6 +67,9 @@ int ServeCommand(std::shared_ptr<const Config> config,
   opts.header_timeout = std::chrono::seconds(config->server.header_timeout_s);
   opts.write_timeout = std::chrono::seconds(config->server.write_timeout_s);
   opts.max_sessions_per_domain = static_cast<size_t>(config->server.max_sessions_per_domain);
+  // Issue 17: the MCP transport actor owns the session table.
+  Runtime* rt_raw = rt.get();
+  opts.session_host = [rt_raw](McpOptions o) { return rt_raw->ServeMcpSessions(std::move(o)); };
   // The git endpoint outlives the server's Stop (declared first); the runtime outlives both.
   GitHttpHandler::Options gopts;
   gopts.state_dir = config->server.state_dir;

@@ -152,7 +152,15 @@ do_start() {
   [ "$TLS" = 1 ] && ensure_tls
   write_config
   : >>"$DIR/registry.log"
-  setsid docker-registry serve "$DIR/config.yml" >>"$DIR/registry.log" 2>&1 </dev/null &
+  # The daemon outlives this script: it must not keep descriptors it inherited, such as the one
+  # `flock /tmp/kiln-heavy.lock` holds the lock on (a registry left running would hold the lock).
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      n=${fd##*/}
+      if [[ $n -gt 2 ]]; then eval "exec $n>&-" 2>/dev/null || true; fi
+    done
+    exec setsid docker-registry serve "$DIR/config.yml" >>"$DIR/registry.log" 2>&1 </dev/null
+  ) &
   echo $! >"$PIDFILE"
   printf 'PORT=%s\nTLS=%s\n' "$PORT" "$TLS" >"$STATEFILE"
   local code

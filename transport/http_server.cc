@@ -17,10 +17,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "common/json_text.h"
 #include "transport/mcp_call_table.h"  // CallWaitsForWork (issue 17)
 #include "transport/mcp_handler.h"
+#include "transport/mcp_session_host.h"
 
 namespace kiln {
 namespace {
@@ -95,12 +97,54 @@ std::optional<std::string> HttpRequest::Header(const std::string& name) const {
 
 namespace {
 
+// Session requests handed to the session host and not decided yet (issue 17): the decision
+// takes the entry; the server's sweep answers 503 to those past their deadline. Thread-safe.
+class PendingDecisions {
+ public:
+  uint64_t Add(std::shared_ptr<HttpResponder> r, std::chrono::steady_clock::time_point deadline) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t id = next_++;
+    pending_.emplace(id, Entry{deadline, std::move(r)});
+    return id;
+  }
+  /// True when the entry was still pending (the caller answers it now).
+  bool Take(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_.erase(id) > 0;
+  }
+  std::vector<std::shared_ptr<HttpResponder>> Expire(std::chrono::steady_clock::time_point now) {
+    std::vector<std::shared_ptr<HttpResponder>> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.deadline <= now) {
+        out.push_back(std::move(it->second.responder));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Entry {
+    std::chrono::steady_clock::time_point deadline;
+    std::shared_ptr<HttpResponder> responder;
+  };
+  std::mutex mu_;
+  uint64_t next_ = 1;
+  std::unordered_map<uint64_t, Entry> pending_;
+};
+
 // State shared with backend callbacks; outlives the server if a callback does.
 struct ServerShared {
-  explicit ServerShared(McpHandler::Options o) : handler(std::move(o)) {}
+  explicit ServerShared(const McpOptions& o) : front(o) {}
   std::mutex mu;
   bool stopped = false;  // guarded by mu: once set, nothing is posted to the io_context
-  McpHandler handler;
+  const McpFront front;  // stateless MCP: validation, the era, all of 2026-07-28
+  std::shared_ptr<McpSessionHost> sessions;  // the session revisions' state (issue 17)
+  PendingDecisions pending;                  // session requests not decided yet
+  std::atomic<uint64_t> stream_seq{0};
   MetricsRegistry metrics;
 };
 
@@ -142,11 +186,11 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   std::shared_ptr<ServerShared> shared_;
   std::vector<Route> routes_;
   std::atomic<uint16_t> port_{0};
-  std::atomic<uint64_t> stream_seq_{0};
 
   net::io_context ioc_;  // declared before everything that owns sockets or timers
   std::optional<tcp::acceptor> acceptor_;
   std::optional<net::steady_timer> evict_timer_;
+  std::optional<net::steady_timer> sweep_timer_;  // session decisions past their deadline
   std::optional<net::steady_timer> accept_timer_;
   AcceptBackoff accept_backoff_;  // touched only by the accept chain (one operation at a time)
   std::mutex conns_mu_;
@@ -159,8 +203,13 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   void DoAccept();
   void OnAcceptError(boost::system::error_code ec);
   void ScheduleEviction();
+  void ScheduleSweep();
   void HandleMcp(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
-  void RunCalls(McpDecision decision, std::shared_ptr<HttpResponder> responder);
+  void RunModernCalls(McpDecision decision, std::shared_ptr<HttpResponder> responder);
+  static std::vector<McpCallSink> OnSessionDecision(const std::shared_ptr<ServerShared>& shared,
+                                                    uint64_t pending,
+                                                    const std::shared_ptr<HttpResponder>& responder,
+                                                    const McpDecision& d);
   void Readyz(std::shared_ptr<HttpResponder> responder);
   const Route* FindRoute(const std::string& method, const std::string& path) const;
 };
@@ -648,8 +697,8 @@ bool HttpServer::Impl::PostTo(const std::shared_ptr<ServerShared>& shared,
 
 namespace {
 
-McpHandler::Options HandlerOptions(const Config& config, const HttpServerOptions& o) {
-  McpHandler::Options h;
+McpOptions HandlerOptions(const Config& config, const HttpServerOptions& o) {
+  McpOptions h;
   h.server_version = o.version;
   h.instructions = o.instructions;
   // Issue 16: the exact remote ("<domain>" is filled in per session by McpHandler).
@@ -680,6 +729,14 @@ HttpServer::Impl::Impl(const Config& config, ToolBackend& backend, HttpServerOpt
       backend_(backend),
       auth_(config, IsLoopbackListen(options_.listen)),
       shared_(std::make_shared<ServerShared>(HandlerOptions(config, options_))) {
+  // Issue 17: the session table lives with its owner (kiln: the MCP transport actor).
+  if (options_.session_host)
+    shared_->sessions = options_.session_host(HandlerOptions(config, options_));
+  if (!shared_->sessions) {
+    if (options_.session_host) spdlog::error("mcp: no session host; sessions are kept here");
+    shared_->sessions =
+        std::make_shared<LocalMcpSessionHost>(HandlerOptions(config, options_), backend);
+  }
   MetricsRegistry& m = shared_->metrics;
   m.DeclareCounter("kiln_mcp_requests_total", "MCP HTTP requests by JSON-RPC method and status.");
   m.DeclareGauge("kiln_mcp_inflight_calls", "Tool calls running.");
@@ -695,7 +752,8 @@ HttpServer::Impl::Impl(const Config& config, ToolBackend& backend, HttpServerOpt
   m.DeclareCounter("kiln_http_accept_errors_total", "Failed accepts by error.");
   m.DeclareGauge("kiln_http_connections", "Open HTTP connections.");
   m.DeclareCounter("kiln_mcp_sessions_evicted_total",
-                   "Idle MCP sessions evicted because their domain reached its session cap.");
+                   "Idle MCP sessions evicted for a new one (the domain's or the global session "
+                   "cap).");
 }
 
 HttpServer::Impl::~Impl() { Stop(); }
@@ -727,6 +785,8 @@ Status HttpServer::Impl::Start() {
   DoAccept();
   evict_timer_.emplace(ioc_);
   ScheduleEviction();
+  sweep_timer_.emplace(ioc_);
+  ScheduleSweep();
   for (int i = 0; i < options_.io_threads; ++i) {
     threads_.emplace_back([this] { ioc_.run(); });
   }
@@ -816,9 +876,26 @@ void HttpServer::Impl::ScheduleEviction() {
   evict_timer_->expires_after(std::chrono::seconds(60));
   evict_timer_->async_wait([this](boost::system::error_code ec) {
     if (ec) return;
-    size_t n = shared_->handler.EvictIdle();
-    if (n) spdlog::info("mcp: evicted {} idle sessions", n);
+    shared_->sessions->EvictIdle();
     ScheduleEviction();
+  });
+}
+
+void HttpServer::Impl::ScheduleSweep() {
+  sweep_timer_->expires_after(std::chrono::seconds(1));
+  sweep_timer_->async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    for (auto& r : shared_->pending.Expire(std::chrono::steady_clock::now())) {
+      shared_->metrics.Increment("kiln_mcp_requests_total",
+                                 {{"method", "undecided"}, {"status", "503"}});
+      r->Reply(503, "application/json",
+               DumpJson(JsonRpcError(nullptr, rpc::kServerError,
+                                     "kiln's MCP transport did not decide this request within " +
+                                         std::to_string(options_.session_decision_timeout.count()) +
+                                         " s; retry it")),
+               {{"Retry-After", "1"}});
+    }
+    ScheduleSweep();
   });
 }
 
@@ -995,8 +1072,9 @@ void HttpServer::Impl::Readyz(std::shared_ptr<HttpResponder> responder) {
 
 std::string HttpServer::Impl::MetricsText() {
   MetricsRegistry& m = shared_->metrics;
-  m.Set("kiln_mcp_sessions", {}, static_cast<double>(shared_->handler.SessionCount()));
-  m.Set("kiln_mcp_inflight_calls", {}, static_cast<double>(shared_->handler.InflightCalls()));
+  m.Set("kiln_mcp_sessions", {}, static_cast<double>(shared_->sessions->SessionCount()));
+  m.Set("kiln_mcp_inflight_calls", {},
+        static_cast<double>(shared_->sessions->InflightCalls() + shared_->front.ModernInflight()));
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
     m.Set("kiln_http_connections", {}, static_cast<double>(serving_));
@@ -1034,20 +1112,26 @@ void HttpServer::Impl::HandleMcp(const HttpRequest& request,
   mr.body = request.body;
   mr.mcp_method = request.Header("mcp-method");  // issue 17 (2026-07-28)
   mr.mcp_name = request.Header("mcp-name");
-  McpDecision d = shared_->handler.Handle(mr);
-  if (!d.refused_by.empty()) CountRefusal(d.refused_by);
-  if (d.evicted_sessions) {
-    shared_->metrics.Increment("kiln_mcp_sessions_evicted_total", {},
-                               static_cast<double>(d.evicted_sessions));
+  McpPreflight pre = shared_->front.Preflight(mr);
+  if (pre.answer) {  // decided without session state: a reply, or a 2026-07-28 call
+    McpDecision d = std::move(*pre.answer);
+    if (d.calls.empty()) {
+      count(d.metric_method, d.reply.status);
+      return responder->Reply(d.reply.status, d.reply.content_type, std::move(d.reply.body),
+                              std::move(d.reply.headers));
+    }
+    count(d.metric_method, 200);
+    return RunModernCalls(std::move(d), std::move(responder));
   }
-  for (uint64_t h : d.cancel) backend_.Cancel(h);
-  if (d.calls.empty()) {
-    count(d.metric_method, d.reply.status);
-    return responder->Reply(d.reply.status, d.reply.content_type, std::move(d.reply.body),
-                            std::move(d.reply.headers));
-  }
-  count(d.metric_method, 200);
-  RunCalls(std::move(d), std::move(responder));
+  // The session revisions: the session host (kiln: the MCP transport actor) decides and
+  // dispatches; this layer answers with what it decided, or 503 past the deadline.
+  std::shared_ptr<ServerShared> shared = shared_;
+  uint64_t pending = shared->pending.Add(
+      responder, std::chrono::steady_clock::now() + options_.session_decision_timeout);
+  shared->sessions->Handle(std::move(mr), std::move(pre),
+                           [shared, pending, responder](const McpDecision& d) {
+                             return OnSessionDecision(shared, pending, responder, d);
+                           });
 }
 
 namespace {
@@ -1067,26 +1151,94 @@ struct CallRun {
   std::optional<uint64_t> handle;  // the backend's handle of the call, once known
 };
 
-}  // namespace
-
-void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpResponder> responder) {
-  auto run = std::make_shared<CallRun>(decision, std::to_string(++stream_seq_), responder);
+// Starts the response of a decision with calls (the SSE head and the ready answers).
+std::shared_ptr<CallRun> StartRun(const std::shared_ptr<ServerShared>& shared,
+                                  const McpDecision& decision,
+                                  std::shared_ptr<HttpResponder> responder) {
+  auto run = std::make_shared<CallRun>(decision, std::to_string(++shared->stream_seq), responder);
   if (run->stream.sse()) {
     responder->StartStream(200, "text/event-stream",
                            {{"Cache-Control", "no-cache, no-store"}, {"X-Accel-Buffering", "no"}});
     std::lock_guard<std::mutex> lock(run->mu);
     responder->Write(run->stream.Start());
   }
+  return run;
+}
+
+// Where call `i` of `run` reports: progress as events, the answer into the stream (and the
+// reply once every call answered), the call's metrics.
+McpCallSink SinkFor(const std::shared_ptr<ServerShared>& shared,
+                    const std::shared_ptr<CallRun>& run, size_t i, const PendingCall& call) {
+  McpCallSink sink;
+  sink.progress = [run, i](const ToolProgress& p) {
+    std::lock_guard<std::mutex> lock(run->mu);
+    run->responder->Write(run->stream.OnProgress(i, p));
+  };
+  auto start = std::chrono::steady_clock::now();
+  sink.done = [run, i, shared, tool = call.call.tool, start](ToolResult result, bool cancelled) {
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    shared->metrics.Increment("kiln_mcp_tool_calls_total", {{"tool", tool},
+                                                            {"outcome", cancelled ? "cancelled"
+                                                                        : result.is_error ? "error"
+                                                                                          : "ok"}});
+    shared->metrics.Observe("kiln_mcp_tool_call_seconds", {{"tool", tool}}, seconds);
+    std::lock_guard<std::mutex> lock(run->mu);
+    std::string text = run->stream.OnDone(i, result, cancelled);
+    if (run->stream.sse()) {
+      run->responder->Write(std::move(text));
+      if (run->stream.complete()) run->responder->Finish();
+    } else if (run->stream.complete()) {
+      run->responder->Reply(200, "application/json", run->stream.JsonBody());
+    }
+  };
+  return sink;
+}
+
+}  // namespace
+
+std::vector<McpCallSink> HttpServer::Impl::OnSessionDecision(
+    const std::shared_ptr<ServerShared>& shared, uint64_t pending,
+    const std::shared_ptr<HttpResponder>& responder, const McpDecision& d) {
+  auto count = [&](const std::string& method, int status) {
+    shared->metrics.Increment("kiln_mcp_requests_total",
+                              {{"method", method}, {"status", std::to_string(status)}});
+  };
+  if (!d.refused_by.empty()) {
+    shared->metrics.Increment("kiln_http_refusals_total", {{"reason", d.refused_by}});
+  }
+  if (d.evicted_sessions) {
+    shared->metrics.Increment("kiln_mcp_sessions_evicted_total", {},
+                              static_cast<double>(d.evicted_sessions));
+  }
+  // Past the deadline the client was answered 503: its calls (if any) still run, unheard.
+  const bool answer = shared->pending.Take(pending);
+  if (d.calls.empty()) {
+    if (!answer) return {};
+    count(d.metric_method, d.reply.status);
+    HttpReply r = d.reply;
+    responder->Reply(r.status, r.content_type, std::move(r.body), std::move(r.headers));
+    return {};
+  }
+  if (answer) count(d.metric_method, 200);
+  auto run = StartRun(shared, d, responder);
+  std::vector<McpCallSink> sinks;
+  for (size_t i = 0; i < d.calls.size(); ++i) sinks.push_back(SinkFor(shared, run, i, d.calls[i]));
+  return sinks;
+}
+
+void HttpServer::Impl::RunModernCalls(McpDecision decision,
+                                      std::shared_ptr<HttpResponder> responder) {
   std::shared_ptr<ServerShared> shared = shared_;
-  const std::string session = decision.session_id;
+  auto run = StartRun(shared, decision, responder);
   // Closing the request's stream cancels the request: its slot is freed and its answer
   // dropped; the domain decides about a build it started (build.cancel_on_disconnect,
   // docs/tools.md). Only calls that wait for work watch the socket: a quick call is answered
   // (or answered `timeout` by the transport actor's deadline) without it, and the watch costs
   // a reactor operation per request (issue 17 bench).
   const bool watch_close =
-      decision.modern && std::any_of(decision.calls.begin(), decision.calls.end(),
-                                     [](const PendingCall& c) { return CallWaitsForWork(c.call); });
+      std::any_of(decision.calls.begin(), decision.calls.end(),
+                  [](const PendingCall& c) { return CallWaitsForWork(c.call); });
   if (watch_close) {
     ToolBackend* backend = &backend_;
     responder->OnClose([run, shared, backend] {
@@ -1097,60 +1249,35 @@ void HttpServer::Impl::RunCalls(McpDecision decision, std::shared_ptr<HttpRespon
         run->slot_freed = true;
         run->stream_closed = true;
         handle = run->handle;
-        shared->handler.ModernCallFinished();
+        shared->front.ModernCallFinished();
         shared->metrics.Increment("kiln_mcp_stream_closed_total", {});
       }
       if (handle) backend->Disconnected(*handle);  // the domain decides about its build
     });
   }
   for (size_t i = 0; i < decision.calls.size(); ++i) {
-    PendingCall call = decision.calls[i];
-    auto progress = [run, i](const ToolProgress& p) {
-      std::lock_guard<std::mutex> lock(run->mu);
-      run->responder->Write(run->stream.OnProgress(i, p));
-    };
-    auto start = std::chrono::steady_clock::now();
-    auto done = [run, i, shared, session, call, start](ToolResult result) {
-      bool cancelled = false;
-      if (call.modern) {
+    const PendingCall& call = decision.calls[i];
+    McpCallSink sink = SinkFor(shared, run, i, call);
+    auto done = [run, shared, sink_done = std::move(sink.done)](ToolResult result) {
+      bool cancelled;
+      {
         std::lock_guard<std::mutex> lock(run->mu);
         cancelled = run->stream_closed;
         if (!run->slot_freed) {
           run->slot_freed = true;
-          shared->handler.ModernCallFinished();
+          shared->front.ModernCallFinished();
         }
-      } else {
-        cancelled = shared->handler.CallFinished(session, call);
       }
-      double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      shared->metrics.Increment("kiln_mcp_tool_calls_total",
-                                {{"tool", call.call.tool},
-                                 {"outcome", cancelled         ? "cancelled"
-                                             : result.is_error ? "error"
-                                                               : "ok"}});
-      shared->metrics.Observe("kiln_mcp_tool_call_seconds", {{"tool", call.call.tool}}, seconds);
-      std::lock_guard<std::mutex> lock(run->mu);
-      std::string text = run->stream.OnDone(i, result, cancelled);
-      if (run->stream.sse()) {
-        run->responder->Write(std::move(text));
-        if (run->stream.complete()) run->responder->Finish();
-      } else if (run->stream.complete()) {
-        run->responder->Reply(200, "application/json", run->stream.JsonBody());
-      }
+      sink_done(std::move(result), cancelled);
     };
-    uint64_t handle = backend_.Call(call.call, std::move(progress), std::move(done));
-    if (call.modern) {
-      bool closed;
-      {
-        std::lock_guard<std::mutex> lock(run->mu);
-        run->handle = handle;
-        closed = run->stream_closed && !run->stream.complete();
-      }
-      if (closed) backend_.Disconnected(handle);  // closed before the handle was known
-    } else if (shared_->handler.CallStarted(session, call, handle)) {
-      backend_.Cancel(handle);
+    uint64_t handle = backend_.Call(call.call, std::move(sink.progress), std::move(done));
+    bool closed;
+    {
+      std::lock_guard<std::mutex> lock(run->mu);
+      run->handle = handle;
+      closed = run->stream_closed && !run->stream.complete();
     }
+    if (closed) backend_.Disconnected(handle);  // closed before the handle was known
   }
 }
 

@@ -9,6 +9,11 @@
 // cancellation); its answer is dropped. Exception (issue 17): for a 2026-07-28 request,
 // closing its stream cancels the request (HttpResponder::OnClose; see docs/tools.md).
 //
+// MCP (issue 17): the server decides what needs no state (McpFront: validation, the era, all of
+// 2026-07-28, whose calls go to ToolBackend::Call) and hands session-era requests to the
+// McpSessionHost (HttpServerOptions::session_host), which decides and dispatches them; the
+// server only writes what it is told, or 503 when no decision came in time.
+//
 // Limits of the transport (docs/security.md, "Limits of the HTTP transport"):
 //   - authentication before the body: the server authorizes every request from its headers
 //     (bearer token for /mcp and /metrics, each route's `authorize` hook, else a valid bearer
@@ -45,6 +50,7 @@
 #include "config/config.h"
 #include "core/tool_backend.h"
 #include "transport/auth.h"
+#include "transport/mcp_session_host.h"
 #include "transport/tool_catalog.h"
 
 namespace kiln {
@@ -91,6 +97,13 @@ struct HttpServerOptions {
       "container's exit code and last log lines). 4. candidate_status and list_candidates show "
       "where each candidate is.";
   ToolCatalog::Options catalog;
+  // --- MCP session revisions (issue 17) ---
+  /// Who owns the session table: called once, in the constructor, with the McpHandler options
+  /// (kiln: Runtime::ServeMcpSessions, the MCP transport actor). Unset: a LocalMcpSessionHost
+  /// over the backend (tests, the fake server).
+  std::function<std::shared_ptr<McpSessionHost>(McpOptions)> session_host;
+  /// A session request the host has not decided by then is answered 503 (checked each second).
+  std::chrono::seconds session_decision_timeout{10};
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;

@@ -690,6 +690,63 @@ TEST_F(HttpServerTest, OneDomainFillingItsSessionCapDoesNotAffectAnother) {
   EXPECT_GE(server_->metrics().Value("kiln_mcp_sessions_evicted_total"), 17);
 }
 
+// Issue 17: session requests are decided by the session host (kiln: the MCP transport actor);
+// one it never decides is answered 503 at the deadline, and the connection serves on.
+class SilentSessionHost : public McpSessionHost {
+ public:
+  void Handle(McpRequest, McpPreflight, McpDecidedFn decided) override {
+    std::lock_guard<std::mutex> l(mu);
+    held.push_back(std::move(decided));  // never called
+  }
+  void EvictIdle() override {}
+  size_t SessionCount() const override { return 0; }
+  size_t InflightCalls() const override { return 0; }
+  std::mutex mu;
+  std::vector<McpDecidedFn> held;
+};
+
+TEST_F(HttpServerTest, ASessionRequestTheHostNeverDecidesIsAnswered503AtTheDeadline) {
+  auto host = std::make_shared<SilentSessionHost>();
+  HttpServerOptions options;
+  options.session_decision_timeout = std::chrono::seconds(1);
+  options.session_host = [host](McpOptions) { return host; };
+  StartServer({}, options);
+  Client c(server_->port());
+  auto start = std::chrono::steady_clock::now();
+  Response r =
+      Mcp(c, {{"jsonrpc", "2.0"},
+              {"id", 0},
+              {"method", "initialize"},
+              {"params", {{"protocolVersion", "2025-11-25"}, {"capabilities", json::object()}}}});
+  auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("did not decide"), std::string::npos) << r.body;
+  EXPECT_GE(waited, std::chrono::milliseconds(900));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  // A 2026-07-28 request needs no session host: it is answered at once on the same connection.
+  Response d = c.Send(http::verb::post, "/mcp",
+                      json{{"jsonrpc", "2.0"},
+                           {"id", 1},
+                           {"method", "server/discover"},
+                           {"params",
+                            {{"_meta",
+                              {{"io.modelcontextprotocol/protocolVersion", "2026-07-28"},
+                               {"io.modelcontextprotocol/clientCapabilities", json::object()}}}}}}
+                          .dump(),
+                      {{"Content-Type", "application/json"},
+                       {"Accept", "application/json, text/event-stream"},
+                       {"Authorization", "Bearer demo-token"},
+                       {"MCP-Protocol-Version", "2026-07-28"},
+                       {"Mcp-Method", "server/discover"}});
+  EXPECT_EQ(d.status, 200) << d.body;
+  // A decision that comes after the deadline is harmless (the client already has its 503).
+  std::lock_guard<std::mutex> l(host->mu);
+  ASSERT_EQ(host->held.size(), 1u);
+  McpDecision late;
+  late.reply.status = 200;
+  EXPECT_TRUE(host->held[0](late).empty());
+}
+
 TEST_F(HttpServerTest, ASlowReaderBlocksTheProducerAndLosesItsConnection) {
   std::atomic<size_t> produced{0};
   std::atomic<bool> gave_up{false};

@@ -67,14 +67,8 @@ bool ValidId(const json& id) {
   return id.is_string() && id.get_ref<const std::string&>().size() <= kMaxStringIdBytes;
 }
 
-struct AcceptInfo {
-  bool json = false;
-  bool sse = false;           // explicitly lists text/event-stream
-  bool sse_wildcard = false;  // */* or text/*
-};
-
-AcceptInfo ParseAccept(const std::optional<std::string>& header) {
-  AcceptInfo a;
+McpAccept ParseAccept(const std::optional<std::string>& header) {
+  McpAccept a;
   std::string h = Lower(header.value_or("*/*"));
   if (h.empty()) h = "*/*";
   a.json = h.find("application/json") != std::string::npos ||
@@ -186,104 +180,142 @@ int JsonNestingDepth(std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // McpHandler
 
+McpFront::McpFront(const McpOptions& options)
+    : max_json_depth_(options.max_json_depth),
+      tool_aliases_(options.tool_aliases),
+      catalog_(options.catalog) {
+  McpModernDispatch::Options m;
+  m.server_version = options.server_version;
+  m.instructions = options.instructions;
+  m.task_ttl_ms = options.task_ttl_ms;
+  m.task_poll_interval_ms = options.task_poll_interval_ms;
+  m.wall_clock_ms = options.wall_clock_ms;
+  modern_ = std::make_unique<McpModernDispatch>(std::move(m), catalog_, tool_aliases_);
+}
+
+McpFront::~McpFront() = default;
+
+void McpFront::ModernCallFinished() const {
+  size_t n = modern_inflight_.load();
+  while (n > 0 && !modern_inflight_.compare_exchange_weak(n, n - 1)) {
+  }
+}
+
+McpPreflight McpFront::Preflight(const McpRequest& request) const {
+  McpPreflight pre;
+  auto answer = [&](HttpReply reply, const std::string& method) {
+    McpDecision d;
+    d.metric_method = method;
+    d.reply = std::move(reply);
+    pre.answer = std::move(d);
+    return std::move(pre);
+  };
+  const std::string http_method = "http/" + request.http_method;
+  if (request.http_method != "POST" && request.protocol_version &&
+      IsModernMcpVersionName(*request.protocol_version)) {
+    // 2026-07-28 is POST-only: no GET stream, no session to DELETE.
+    HttpReply r =
+        ErrorReply(405, rpc::kServerError,
+                   "Method Not Allowed: protocol " + request.protocol_version->substr(0, 16) +
+                       " uses POST only (no sessions, no GET stream)");
+    r.headers.push_back({"Allow", "POST"});
+    return answer(std::move(r), http_method);
+  }
+  if (request.http_method == "GET") {
+    // No server-initiated stream: kiln sends notifications only on POST streams.
+    HttpReply r = ErrorReply(405, rpc::kServerError,
+                             "Method Not Allowed: this server offers no GET event stream");
+    r.headers.push_back({"Allow", "POST, DELETE"});
+    return answer(std::move(r), http_method);
+  }
+  if (request.http_method == "DELETE") {
+    if (!request.session_id) {
+      return answer(
+          ErrorReply(400, rpc::kServerError, "Bad Request: MCP-Session-Id header is required"),
+          http_method);
+    }
+    return pre;  // the session table decides
+  }
+  if (request.http_method != "POST") {
+    HttpReply r = ErrorReply(405, rpc::kServerError, "Method Not Allowed");
+    r.headers.push_back({"Allow", "POST, DELETE"});
+    return answer(std::move(r), http_method);
+  }
+  pre.accept = ParseAccept(request.accept);
+  if (!pre.accept.json && !pre.accept.sse) {
+    return answer(ErrorReply(406, rpc::kServerError,
+                             "Not Acceptable: Accept must include application/json and "
+                             "text/event-stream"),
+                  "invalid");
+  }
+  if (!IsJsonContentType(request.content_type)) {
+    return answer(ErrorReply(415, rpc::kServerError,
+                             "Unsupported Media Type: Content-Type must be application/json"),
+                  "invalid");
+  }
+  if (JsonNestingDepth(request.body) > max_json_depth_) {
+    return answer(ErrorReply(400, rpc::kParseError,
+                             "Parse error: JSON nested deeper than " +
+                                 std::to_string(max_json_depth_) + " levels"),
+                  "invalid");
+  }
+  pre.body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (pre.body.is_discarded()) {
+    return answer(ErrorReply(400, rpc::kParseError, "Parse error: body is not valid JSON"),
+                  "invalid");
+  }
+  if (ClassifyMcpEra(request.protocol_version, pre.body) == McpEra::kModern) {
+    McpDecision m = modern_->Handle(request, pre.body, pre.accept.sse || !pre.accept.json,
+                                    next_seq_.fetch_add(1));
+    modern_inflight_ += m.calls.size();
+    pre.answer = std::move(m);
+    pre.body = nullptr;
+    return pre;
+  }
+  return pre;  // the session table decides
+}
+
 McpHandler::McpHandler(Options options)
     : options_([&] {
         if (!options.clock) options.clock = [] { return std::chrono::steady_clock::now(); };
         if (!options.new_session_id) options.new_session_id = RandomHex128;
         return std::move(options);
       }()),
-      catalog_(options_.catalog) {
-  McpModernDispatch::Options m;
-  m.server_version = options_.server_version;
-  m.instructions = options_.instructions;
-  m.task_ttl_ms = options_.task_ttl_ms;
-  m.task_poll_interval_ms = options_.task_poll_interval_ms;
-  m.wall_clock_ms = options_.wall_clock_ms;
-  modern_ = std::make_unique<McpModernDispatch>(std::move(m), catalog_, options_.tool_aliases);
-}
+      front_(options_) {}
 
 McpHandler::~McpHandler() = default;
 
 McpDecision McpHandler::Handle(const McpRequest& request) {
-  McpDecision d;
-  d.metric_method = "http/" + request.http_method;
-  if (request.http_method != "POST" && request.protocol_version &&
-      IsModernMcpVersionName(*request.protocol_version)) {
-    // 2026-07-28 is POST-only: no GET stream, no session to DELETE.
-    d.reply = ErrorReply(405, rpc::kServerError,
-                         "Method Not Allowed: protocol " + request.protocol_version->substr(0, 16) +
-                             " uses POST only (no sessions, no GET stream)");
-    d.reply.headers.push_back({"Allow", "POST"});
-    return d;
-  }
-  if (request.http_method == "GET") {
-    // No server-initiated stream: kiln sends notifications only on POST streams.
-    d.reply = ErrorReply(405, rpc::kServerError,
-                         "Method Not Allowed: this server offers no GET event stream");
-    d.reply.headers.push_back({"Allow", "POST, DELETE"});
-    return d;
-  }
-  if (request.http_method == "DELETE") {
-    if (!request.session_id) {
-      d.reply =
-          ErrorReply(400, rpc::kServerError, "Bad Request: MCP-Session-Id header is required");
-      return d;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sessions_.find(*request.session_id);
-    if (it == sessions_.end() || it->second.domain != request.domain) {
-      d.reply = ErrorReply(404, rpc::kSessionNotFound, "Session not found");
-      return d;
-    }
-    sessions_.erase(it);
-    d.reply = EmptyReply(204);
-    return d;
-  }
-  if (request.http_method != "POST") {
-    d.reply = ErrorReply(405, rpc::kServerError, "Method Not Allowed");
-    d.reply.headers.push_back({"Allow", "POST, DELETE"});
-    return d;
-  }
-  return HandlePost(request);
+  McpPreflight pre = front_.Preflight(request);
+  if (pre.answer) return std::move(*pre.answer);
+  return HandleSession(request, std::move(pre));
 }
 
-McpDecision McpHandler::HandlePost(const McpRequest& request) {
-  McpDecision d;
-  d.metric_method = "invalid";
-  AcceptInfo accept = ParseAccept(request.accept);
-  if (!accept.json && !accept.sse) {
-    d.reply = ErrorReply(406, rpc::kServerError,
-                         "Not Acceptable: Accept must include application/json and "
-                         "text/event-stream");
-    return d;
-  }
-  if (!IsJsonContentType(request.content_type)) {
-    d.reply = ErrorReply(415, rpc::kServerError,
-                         "Unsupported Media Type: Content-Type must be application/json");
-    return d;
-  }
-  if (JsonNestingDepth(request.body) > options_.max_json_depth) {
-    d.reply = ErrorReply(400, rpc::kParseError,
-                         "Parse error: JSON nested deeper than " +
-                             std::to_string(options_.max_json_depth) + " levels");
-    return d;
-  }
-  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    d.reply = ErrorReply(400, rpc::kParseError, "Parse error: body is not valid JSON");
-    return d;
-  }
-  d.metric_method = body.is_array() ? "batch" : MetricMethod(body);
-  if (ClassifyMcpEra(request.protocol_version, body) == McpEra::kModern) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      seq = next_seq_++;
+McpDecision McpHandler::HandleSession(const McpRequest& request, McpPreflight pre) {
+  McpDecision d = [&] {
+    if (pre.answer) return std::move(*pre.answer);
+    if (request.http_method == "DELETE") {
+      McpDecision del;
+      del.metric_method = "http/DELETE";
+      auto it = request.session_id ? sessions_.find(*request.session_id) : sessions_.end();
+      if (it == sessions_.end() || it->second.domain != request.domain) {
+        del.reply = ErrorReply(404, rpc::kSessionNotFound, "Session not found");
+        return del;
+      }
+      inflight_ -= it->second.inflight.size();
+      sessions_.erase(it);
+      del.reply = EmptyReply(204);
+      return del;
     }
-    McpDecision m = modern_->Handle(request, body, accept.sse || !accept.json, seq);
-    modern_inflight_ += m.calls.size();
-    return m;
-  }
+    return HandlePost(request, std::move(pre.body), pre.accept);
+  }();
+  UpdateGauges();
+  return d;
+}
+
+McpDecision McpHandler::HandlePost(const McpRequest& request, json body, const McpAccept& accept) {
+  McpDecision d;
+  d.metric_method = body.is_array() ? "batch" : MetricMethod(body);
   if (body.is_object() && body.value("method", json()) == "initialize") {
     return HandleInitialize(request, body);
   }
@@ -300,7 +332,6 @@ McpDecision McpHandler::HandlePost(const McpRequest& request) {
                          "2025-11-25, 2025-06-18, 2025-03-26");
     return d;
   }
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(*request.session_id);
   if (it == sessions_.end() || it->second.domain != request.domain) {
     d.reply = ErrorReply(404, rpc::kSessionNotFound, "Session not found");
@@ -388,47 +419,12 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
   std::string asked = params["protocolVersion"].get<std::string>();
   std::string version = IsSupportedMcpVersion(asked) ? asked : kMcpLatestProtocolVersion;
 
+  if (!MakeRoom(request.domain, id, d)) return d;
   std::string session_id;
+  do {
+    session_id = options_.new_session_id();
+  } while (sessions_.count(session_id));
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (sessions_.size() >= options_.max_sessions) EvictIdleLocked();
-    // Per-domain cap: make room from the caller's own sessions only (least recently used one
-    // without a call in flight); never from another domain's.
-    if (options_.max_sessions_per_domain > 0 &&
-        DomainSessionsLocked(request.domain) >= options_.max_sessions_per_domain) {
-      auto lru = sessions_.end();
-      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
-        const Session& s = it->second;
-        if (s.domain != request.domain || !s.inflight.empty()) continue;
-        if (lru == sessions_.end() || s.last_used < lru->second.last_used) lru = it;
-      }
-      if (lru == sessions_.end()) {
-        d.refused_by = "sessions_per_domain";
-        d.reply = JsonReply(
-            503, JsonRpcError(id, rpc::kServerError,
-                              "too many sessions for this domain (server.max_sessions_per_domain "
-                              "= " +
-                                  std::to_string(options_.max_sessions_per_domain) +
-                                  ") and every one has a call in flight; end unused sessions "
-                                  "with DELETE or wait for a call to finish"));
-        d.reply.headers.push_back({"Retry-After", "10"});
-        return d;
-      }
-      sessions_.erase(lru);
-      ++d.evicted_sessions;
-    }
-    if (sessions_.size() >= options_.max_sessions) {
-      d.refused_by = "sessions";
-      d.reply = JsonReply(
-          503, JsonRpcError(id, rpc::kServerError,
-                            "too many sessions (limit " + std::to_string(options_.max_sessions) +
-                                "); end unused sessions with DELETE"));
-      d.reply.headers.push_back({"Retry-After", "10"});
-      return d;
-    }
-    do {
-      session_id = options_.new_session_id();
-    } while (sessions_.count(session_id));
     Session s;
     s.domain = request.domain;
     s.protocol_version = version;
@@ -453,6 +449,65 @@ McpDecision McpHandler::HandleInitialize(const McpRequest& request, const json& 
   d.reply = JsonReply(200, JsonRpcResult(id, std::move(result)));
   d.reply.headers.push_back({"MCP-Session-Id", session_id});
   return d;
+}
+
+bool McpHandler::MakeRoom(const std::string& domain, const json& id, McpDecision& d) {
+  auto refuse = [&](const char* by, const std::string& why) {
+    d.refused_by = by;
+    d.reply = JsonReply(503, JsonRpcError(id, rpc::kServerError, why));
+    d.reply.headers.push_back({"Retry-After", "10"});
+    return false;
+  };
+  // The least recently used session without a call in flight of `owner`.
+  auto lru_idle_of = [&](const std::string& owner) {
+    auto lru = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      const Session& s = it->second;
+      if (s.domain != owner || !s.inflight.empty()) continue;
+      if (lru == sessions_.end() || s.last_used < lru->second.last_used) lru = it;
+    }
+    return lru;
+  };
+  auto evict = [&](std::map<std::string, Session>::iterator it) {
+    sessions_.erase(it);
+    ++d.evicted_sessions;
+  };
+  if (sessions_.size() >= options_.max_sessions) EvictIdle();
+  // Per-domain cap: make room from the caller's own sessions only; never from another domain's.
+  if (options_.max_sessions_per_domain > 0 &&
+      SessionCount(domain) >= options_.max_sessions_per_domain) {
+    auto lru = lru_idle_of(domain);
+    if (lru == sessions_.end()) {
+      return refuse("sessions_per_domain",
+                    "too many sessions for this domain (server.max_sessions_per_domain = " +
+                        std::to_string(options_.max_sessions_per_domain) +
+                        ") and every one has a call in flight; end unused sessions with DELETE "
+                        "or wait for a call to finish");
+    }
+    evict(lru);
+  }
+  if (sessions_.size() >= options_.max_sessions) {
+    // Global cap: a domain holding more sessions than the caller gives up its least recently
+    // used idle one (the largest holder first), so a domain with few sessions always gets one.
+    std::map<std::string, size_t> held;
+    for (const auto& [sid, s] : sessions_) ++held[s.domain];
+    const size_t mine = held[domain];
+    std::vector<std::pair<size_t, std::string>> larger;
+    for (const auto& [owner, n] : held)
+      if (n > mine + 1) larger.push_back({n, owner});  // still >= the caller's afterwards
+    std::sort(larger.rbegin(), larger.rend());
+    for (const auto& [n, owner] : larger) {
+      auto lru = lru_idle_of(owner);
+      if (lru == sessions_.end()) continue;
+      evict(lru);
+      break;
+    }
+  }
+  if (sessions_.size() >= options_.max_sessions) {
+    return refuse("sessions", "too many sessions (limit " + std::to_string(options_.max_sessions) +
+                                  "); end unused sessions with DELETE");
+  }
+  return true;
 }
 
 McpHandler::Outcome McpHandler::HandleMessage(const std::string& session_id, Session& session,
@@ -499,8 +554,8 @@ McpHandler::Outcome McpHandler::HandleMessage(const std::string& session_id, Ses
     auto aliases = options_.tool_aliases.find(session.domain);
     static const std::map<std::string, std::string> kNone;
     o.response = JsonRpcResult(
-        id, {{"tools",
-              catalog_.ListFor(aliases == options_.tool_aliases.end() ? kNone : aliases->second)}});
+        id, {{"tools", front_.catalog().ListFor(
+                           aliases == options_.tool_aliases.end() ? kNone : aliases->second)}});
   } else if (method == "logging/setLevel") {
     std::optional<McpLogLevel> level;
     if (params.is_object() && params.contains("level") && params["level"].is_string()) {
@@ -540,8 +595,8 @@ McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, S
   const std::string& name = name_it->get_ref<const std::string&>();
   static const std::map<std::string, std::string> kNone;
   auto aliases = options_.tool_aliases.find(session.domain);
-  std::optional<std::string> canonical =
-      catalog_.Resolve(name, aliases == options_.tool_aliases.end() ? kNone : aliases->second);
+  std::optional<std::string> canonical = front_.catalog().Resolve(
+      name, aliases == options_.tool_aliases.end() ? kNone : aliases->second);
   if (!canonical) return bad_params("Unknown tool: " + name);
   json arguments = json::object();
   if (params.contains("arguments")) {
@@ -580,6 +635,7 @@ McpHandler::Outcome McpHandler::HandleToolsCall(const std::string& session_id, S
   CallSlot slot;
   slot.seq = call.seq;
   session.inflight.emplace(key, slot);
+  ++inflight_;
   (void)session_id;
   o.call = std::move(call);
   return o;
@@ -595,7 +651,6 @@ void McpHandler::HandleCancelled(Session& session, const json& params, McpDecisi
 
 bool McpHandler::CallStarted(const std::string& session_id, const PendingCall& call,
                              uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(session_id);
   if (s == sessions_.end()) return false;
   auto it = s->second.inflight.find(call.id_key);
@@ -605,7 +660,6 @@ bool McpHandler::CallStarted(const std::string& session_id, const PendingCall& c
 }
 
 bool McpHandler::CallFinished(const std::string& session_id, const PendingCall& call) {
-  std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(session_id);
   if (s == sessions_.end()) return false;
   auto it = s->second.inflight.find(call.id_key);
@@ -613,15 +667,12 @@ bool McpHandler::CallFinished(const std::string& session_id, const PendingCall& 
   bool cancelled = it->second.cancelled;
   s->second.inflight.erase(it);
   s->second.last_used = options_.clock();
+  --inflight_;
+  UpdateGauges();
   return cancelled;
 }
 
 size_t McpHandler::EvictIdle() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return EvictIdleLocked();
-}
-
-size_t McpHandler::EvictIdleLocked() {
   auto now = options_.clock();
   size_t dropped = 0;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
@@ -632,40 +683,22 @@ size_t McpHandler::EvictIdleLocked() {
       ++it;
     }
   }
+  UpdateGauges();
   return dropped;
 }
 
-size_t McpHandler::SessionCount() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return sessions_.size();
-}
-
 size_t McpHandler::SessionCount(const std::string& domain) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return DomainSessionsLocked(domain);
-}
-
-size_t McpHandler::DomainSessionsLocked(const std::string& domain) const {
   size_t n = 0;
   for (const auto& [id, s] : sessions_) n += s.domain == domain ? 1 : 0;
   return n;
 }
 
-size_t McpHandler::InflightCalls() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [id, s] : sessions_) n += s.inflight.size();
-  return n + modern_inflight_.load();
-}
-
-void McpHandler::ModernCallFinished() {
-  size_t n = modern_inflight_.load();
-  while (n > 0 && !modern_inflight_.compare_exchange_weak(n, n - 1)) {
-  }
+void McpHandler::UpdateGauges() {
+  session_gauge_.store(sessions_.size());
+  inflight_gauge_.store(inflight_);
 }
 
 std::optional<McpLogLevel> McpHandler::SessionLogLevel(const std::string& session_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return std::nullopt;
   return it->second.log_level;

@@ -1,9 +1,17 @@
-// McpHandler: the pure MCP / JSON-RPC 2.0 logic of the Streamable HTTP transport. It turns one
-// HTTP request on /mcp (already authenticated to a domain) into a decision: an immediate HTTP
-// reply, or tool calls to dispatch whose answers are assembled by an McpResponseStream. It owns
-// the session table (ids, negotiated versions, log levels, in-flight calls) but does no I/O and
-// never calls the ToolBackend: the HTTP server does that and reports back (CallStarted,
-// CallFinished).
+// McpHandler: the pure MCP / JSON-RPC 2.0 logic of the Streamable HTTP transport, in two parts.
+//
+//   - McpFront (stateless, thread-safe): what any HTTP thread decides from one request alone —
+//     methods, Accept, Content-Type, the JSON depth and parse, the era (ClassifyMcpEra), and
+//     the whole of MCP 2026-07-28 (McpModernDispatch). Its answer (McpPreflight) is either a
+//     decision, or the parsed body of a session-era request for the session table.
+//   - McpHandler (not thread-safe; one owner): the session revisions' state — the session
+//     table (ids, negotiated versions, log levels, per-session in-flight calls and their
+//     cancellations) and every decision that reads it. In kiln its owner is the MCP transport
+//     actor (actors/mcp_transport_actor.h); tests and the fake server serialize one with
+//     LocalMcpSessionHost (transport/mcp_session_host.h). Handle() runs both parts, for tests.
+//
+// Neither does I/O or calls the ToolBackend: the owner does that and reports back
+// (CallStarted, CallFinished).
 //
 // Protocol decisions (see docs in the implementation for details):
 //   - versions 2025-11-25 (latest), 2025-06-18, 2025-03-26; initialize with another version is
@@ -11,10 +19,12 @@
 //   - MCP-Protocol-Version header: unsupported -> 400; missing -> the version negotiated by the
 //     session (the spec's "other way to identify the version"), which decides whether JSON
 //     arrays (batches, allowed only in 2025-03-26) are accepted;
-//   - session caps: max_sessions (global; idle sessions past the idle timeout are dropped
-//     first, then 503) and max_sessions_per_domain (the domain's own least recently used
-//     session without a call in flight is evicted, else 503): one domain cannot fill the
-//     table for the others;
+//   - session caps, per domain and global, so that one domain cannot take another's sessions:
+//     max_sessions_per_domain (a domain at its cap loses its own least recently used session
+//     without a call in flight, else 503) and max_sessions (global: idle sessions past the idle
+//     timeout are dropped first; then the least recently used session without a call in flight
+//     of the domain holding the most sessions, when that domain holds more than the caller;
+//     else 503);
 //   - missing MCP-Session-Id on a non-initialize request -> 400; unknown, ended, evicted or
 //     another domain's session -> 404;
 //   - DELETE ends a session (204); calls still running keep running and finish normally;
@@ -24,8 +34,10 @@
 //     progressToken; progress becomes notifications/progress (with a token) and, when the
 //     session set a log level <= info, notifications/message at level info.
 //
-// Thread-safety: McpHandler is thread-safe (one internal mutex; no callbacks are run under
-// it). McpResponseStream and ProgressTracker are not thread-safe (one owner at a time).
+// Thread-safety: McpFront is immutable after construction (Preflight is const; its counter of
+// 2026-07-28 calls in flight is atomic). McpHandler is not thread-safe except SessionCount()
+// and InflightCalls() (atomic gauges, readable from any thread). McpResponseStream and
+// ProgressTracker are not thread-safe (one owner at a time).
 #pragma once
 
 #include <atomic>
@@ -34,7 +46,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -154,40 +165,96 @@ struct McpDecision {
   TaskTiming task_timing;      // modern: clock and hints for task results
 };
 
-class McpHandler {
- public:
+/// What the request's Accept header allows.
+struct McpAccept {
+  bool json = false;
+  bool sse = false;           // explicitly lists text/event-stream
+  bool sse_wildcard = false;  // */* or text/*
+};
+
+/// McpFront's answer: `answer` when the request is decided without session state (an immediate
+/// reply, or a 2026-07-28 decision); otherwise a session-era request whose parsed `body` (null
+/// for DELETE) McpHandler::HandleSession decides.
+struct McpPreflight {
+  std::optional<McpDecision> answer;
+  nlohmann::json body;
+  McpAccept accept;
+};
+
+/// McpHandler's options (also McpFront's: it reads the catalog, version, instructions, limits
+/// of the body and the 2026-07-28 hints).
+struct McpOptions {
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
   using IdGenerator = std::function<std::string()>;
 
-  struct Options {
-    std::string server_version = "0.1.0";
-    std::string instructions;
-    size_t max_sessions = 1000;
-    /// Sessions one domain may hold (0: no per-domain cap). A domain at its cap loses its
-    /// least recently used session without a call in flight; when every one of its sessions
-    /// has a call in flight, its initialize is refused (503). Other domains are never touched.
-    size_t max_sessions_per_domain = 64;
-    size_t max_calls_per_session = 16;
-    std::chrono::seconds session_idle_timeout{3600};
-    int max_json_depth = 64;
-    /// domain -> (alias -> tool)
-    std::map<std::string, std::map<std::string, std::string>> tool_aliases;
-    ToolCatalog::Options catalog;
-    Clock clock;                 // default: steady_clock::now
-    IdGenerator new_session_id;  // default: 128 random bits (OpenSSL RAND_bytes) as hex
-    // --- MCP 2026-07-28 (issue 17) ---
-    int64_t task_ttl_ms = 3600000;
-    int64_t task_poll_interval_ms = 1000;
-    std::function<int64_t()> wall_clock_ms;  // default: system clock (Unix milliseconds)
-  };
+  std::string server_version = "0.1.0";
+  std::string instructions;
+  /// Sessions in all (global cap; see the header comment for what is evicted at it).
+  size_t max_sessions = 1000;
+  /// Sessions one domain may hold (0: no per-domain cap). A domain at its cap loses its
+  /// least recently used session without a call in flight; when every one of its sessions
+  /// has a call in flight, its initialize is refused (503). Other domains are never touched.
+  size_t max_sessions_per_domain = 64;
+  size_t max_calls_per_session = 16;
+  std::chrono::seconds session_idle_timeout{3600};
+  int max_json_depth = 64;
+  /// domain -> (alias -> tool)
+  std::map<std::string, std::map<std::string, std::string>> tool_aliases;
+  ToolCatalog::Options catalog;
+  Clock clock;                 // default: steady_clock::now
+  IdGenerator new_session_id;  // default: 128 random bits (OpenSSL RAND_bytes) as hex
+  // --- MCP 2026-07-28 (issue 17) ---
+  int64_t task_ttl_ms = 3600000;
+  int64_t task_poll_interval_ms = 1000;
+  std::function<int64_t()> wall_clock_ms;  // default: system clock (Unix milliseconds)
+};
+
+/// The stateless part (see the header comment). Thread-safe.
+class McpFront {
+ public:
+  explicit McpFront(const McpOptions& options);
+  ~McpFront();
+  McpFront(const McpFront&) = delete;
+  McpFront& operator=(const McpFront&) = delete;
+
+  /// Decides what needs no session state. Never fails.
+  McpPreflight Preflight(const McpRequest& request) const;
+
+  /// MCP 2026-07-28: forgets a dispatched stateless call (finished, or its stream closed).
+  /// Call exactly once per modern PendingCall.
+  void ModernCallFinished() const;
+  /// 2026-07-28 calls dispatched and not yet finished.
+  size_t ModernInflight() const { return modern_inflight_.load(); }
+
+  const ToolCatalog& catalog() const { return catalog_; }
+
+ private:
+  const int max_json_depth_;
+  const std::map<std::string, std::map<std::string, std::string>> tool_aliases_;
+  const ToolCatalog catalog_;
+  std::unique_ptr<McpModernDispatch> modern_;
+  mutable std::atomic<uint64_t> next_seq_{1};
+  mutable std::atomic<size_t> modern_inflight_{0};
+};
+
+class McpHandler {
+ public:
+  using Clock = McpOptions::Clock;
+  using IdGenerator = McpOptions::IdGenerator;
+  using Options = McpOptions;
 
   explicit McpHandler(Options options);
   ~McpHandler();
   McpHandler(const McpHandler&) = delete;
   McpHandler& operator=(const McpHandler&) = delete;
 
-  /// Decides what to answer. Never fails: protocol errors become HTTP/JSON-RPC error replies.
+  /// Decides what to answer (Preflight, then HandleSession). Never fails: protocol errors
+  /// become HTTP/JSON-RPC error replies.
   McpDecision Handle(const McpRequest& request);
+
+  /// The session part: decides a request McpFront::Preflight left undecided (`pre.answer`
+  /// empty). Never fails.
+  McpDecision HandleSession(const McpRequest& request, McpPreflight pre);
 
   /// Records the backend handle of a dispatched call. Returns true when the client cancelled
   /// the call before its handle was known: the caller must Cancel(handle) now. Unknown or
@@ -202,19 +269,20 @@ class McpHandler {
   /// many were dropped.
   size_t EvictIdle();
 
-  size_t SessionCount() const;
+  /// Sessions held (thread-safe).
+  size_t SessionCount() const { return session_gauge_.load(); }
   /// Sessions held by `domain`.
   size_t SessionCount(const std::string& domain) const;
-  size_t InflightCalls() const;
+  /// Session calls in flight plus this handler's front's 2026-07-28 calls (thread-safe).
+  size_t InflightCalls() const { return inflight_gauge_.load() + front_.ModernInflight(); }
 
-  /// MCP 2026-07-28: forgets a dispatched stateless call (finished, or its stream closed).
-  /// Call exactly once per modern PendingCall.
-  void ModernCallFinished();
+  /// MCP 2026-07-28 calls decided by Handle(): see McpFront::ModernCallFinished.
+  void ModernCallFinished() { front_.ModernCallFinished(); }
 
   /// The log level a session set, if any (nullopt also for unknown sessions).
   std::optional<McpLogLevel> SessionLogLevel(const std::string& session_id) const;
 
-  const ToolCatalog& catalog() const { return catalog_; }
+  const ToolCatalog& catalog() const { return front_.catalog(); }
 
  private:
   struct CallSlot {
@@ -236,23 +304,25 @@ class McpHandler {
     bool bad_request = false;  // the single message was unparseable/invalid (HTTP 400)
   };
 
-  McpDecision HandlePost(const McpRequest& request);
+  McpDecision HandlePost(const McpRequest& request, nlohmann::json body, const McpAccept& accept);
   McpDecision HandleInitialize(const McpRequest& request, const nlohmann::json& message);
+  // Makes room for one more session of `domain` (the caps in the header comment); fills
+  // `d.refused_by` and `d.reply` when there is none.
+  bool MakeRoom(const std::string& domain, const nlohmann::json& id, McpDecision& d);
   Outcome HandleMessage(const std::string& session_id, Session& session,
                         const nlohmann::json& message, McpDecision& decision);
   Outcome HandleToolsCall(const std::string& session_id, Session& session, const nlohmann::json& id,
                           const nlohmann::json& params);
   void HandleCancelled(Session& session, const nlohmann::json& params, McpDecision& decision);
-  size_t EvictIdleLocked();
-  size_t DomainSessionsLocked(const std::string& domain) const;
+  void UpdateGauges();
 
   const Options options_;
-  const ToolCatalog catalog_;
-  std::unique_ptr<McpModernDispatch> modern_;  // the 2026-07-28 era (issue 17)
-  std::atomic<size_t> modern_inflight_{0};
-  mutable std::mutex mu_;
-  std::map<std::string, Session> sessions_;  // guarded by mu_
-  uint64_t next_seq_ = 1;                    // guarded by mu_
+  const McpFront front_;  // Handle()'s first part, and the catalog
+  std::map<std::string, Session> sessions_;
+  uint64_t next_seq_ = 1;
+  size_t inflight_ = 0;  // session calls in flight
+  std::atomic<size_t> session_gauge_{0};
+  std::atomic<size_t> inflight_gauge_{0};
 };
 
 /// Converts one call's progress reports into notifications: strictly increasing progress,

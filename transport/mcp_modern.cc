@@ -121,7 +121,8 @@ McpModernDispatch::McpModernDispatch(
         return std::move(options);
       }()),
       catalog_(catalog),
-      aliases_(aliases) {}
+      aliases_(aliases),
+      result_meta_({{kMetaServerInfo, {{"name", "kiln"}, {"version", options_.server_version}}}}) {}
 
 json McpModernDispatch::DiscoverResult() const {
   json r = {
@@ -143,8 +144,7 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
   McpDecision d;
   d.modern = true;
   d.metric_method = "invalid";
-  const json server_info = {{"name", "kiln"}, {"version", options_.server_version}};
-  d.result_meta = {{kMetaServerInfo, server_info}};
+  d.result_meta = result_meta_;  // built once
   d.task_timing.now_ms = options_.wall_clock_ms();
   d.task_timing.ttl_ms = options_.task_ttl_ms;
   d.task_timing.poll_interval_ms = options_.task_poll_interval_ms;
@@ -178,11 +178,13 @@ McpDecision McpModernDispatch::Handle(const McpRequest& request, const json& bod
   }
   const std::string method = body["method"].get<std::string>();
   d.metric_method = "modern/" + method;
-  json params = body.value("params", json());
-  if (!params.is_null() && !params.is_object()) {
+  static const json kNoParams = json::object();
+  auto params_it = body.find("params");
+  const json& params =
+      params_it == body.end() || params_it->is_null() ? kNoParams : *params_it;  // no copy
+  if (!params.is_object()) {
     return fail(400, id, rpc::kInvalidParams, "Invalid params: params must be an object");
   }
-  if (params.is_null()) params = json::object();
 
   // 2. Version: the _meta claim, cross-checked with the header.
   const json* meta = MetaOf(body);

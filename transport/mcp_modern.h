@@ -97,6 +97,7 @@ class McpModernDispatch {
   const Options options_;
   const ToolCatalog& catalog_;
   const std::map<std::string, std::map<std::string, std::string>>& aliases_;
+  const nlohmann::json result_meta_;  // {serverInfo}: the _meta of every result
 };
 
 }  // namespace kiln

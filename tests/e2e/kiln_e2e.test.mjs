@@ -227,13 +227,18 @@ test("wrong token is 401; another domain's build id is not found; unknown sessio
   await other.client.close();
 });
 
-test("official MCP conformance scenarios pass (through a header-adding proxy)", { timeout: 900_000 }, () => {
-  const out = execFileSync(path.join(here, "run_conformance.sh"), [`http://127.0.0.1:${PORT}`], {
-    env: { ...process.env, KILN_TOKEN: tokenA },
-    stdio: ["ignore", "pipe", "pipe"],
-  }).toString();
-  assert.ok(!out.includes(tokenA), "the token is not printed");
-});
+// Both revisions kiln serves on /mcp: the session scenarios (2025-11-25) and the stateless ones
+// (2026-07-28, issue 17); run_conformance.sh lists them, docs/testing.md says which do not apply.
+for (const spec of ["2025-11-25", "2026-07-28"]) {
+  test(`official MCP conformance scenarios pass for ${spec} (through a header-adding proxy)`, { timeout: 900_000 }, () => {
+    const out = execFileSync(path.join(here, "run_conformance.sh"), [`http://127.0.0.1:${PORT}`], {
+      env: { ...process.env, KILN_TOKEN: tokenA, KILN_CONFORMANCE_SPEC: spec },
+      stdio: ["ignore", "pipe", "pipe"],
+    }).toString();
+    assert.match(out, /all \d+ scenarios passed/);
+    assert.ok(!out.includes(tokenA), "the token is not printed");
+  });
+}
 
 test("workspace sync: force-push rewinds a branch and builds the new tree; a no-op commit is a cache hit", async () => {
   const { client } = await connect();

@@ -170,7 +170,7 @@ before(async () => {
     fs.writeFileSync(f, fs.readFileSync(f, "utf8").replace("WORKDIR /src", `WORKDIR /src\nRUN sleep 60 # ${b}`));
   };
   pushCandidate(dir, { port: PORT, domain: "other", branch: "slowx", token: tokenB, mutate: slow("slowx") });
-  for (const b of ["slow", "slow2", "slow3", "slow4"]) {
+  for (const b of ["slow", "slow2", "slow3", "slow4", "slow5"]) {
     push(b, (w) => {
       const f = path.join(w, "Containerfile");
       fs.writeFileSync(f, fs.readFileSync(f, "utf8").replace("WORKDIR /src", `WORKDIR /src\nRUN sleep 60 # ${b}`));
@@ -254,6 +254,49 @@ test("ext-tasks: a build is a task polled to completion", async () => {
     const result = resultFromTaskOutcome(outcome);
     assert.equal(result.structuredContent.status, "succeeded", JSON.stringify(result));
     assert.equal(result.isError, false);
+  } finally {
+    await session.close();
+    await client.close();
+  }
+});
+
+test("ext-tasks: the SDK cancels a build task; a handed-off task resumes after kill -9 and a restart", async () => {
+  const client = await connect();
+  const framing = { protocolVersion: VERSION, clientInfo, clientCapabilities: {} };
+  let session = createTaskSessionFromClient(client, { endpointId: "kiln-modern-e2e", rawDispatch, v2RequestFraming: framing });
+  try {
+    // Cancel through the SDK (tasks/cancel): the task ends cancelled, and so does the build.
+    const exec = await session.callTool("build_candidate", { candidate: "slow4" });
+    assert.equal(exec.kind, "task");
+    await pollTask(exec.handle.taskId, (t) => /building/.test(t.statusMessage) || t.status !== "working");
+    await exec.cancel();
+    const { outcome } = await exec.settle();
+    assert.equal(outcome.status, "cancelled", JSON.stringify(outcome));
+    const st = await raw("tools/call", { name: "candidate_status", arguments: { candidate: "slow4" } });
+    assert.equal(st.body.result.structuredContent.latest_build.status, "cancelled",
+      JSON.stringify(st.body.result.structuredContent));
+
+    // Hand a running task off (its reference persisted), kill kiln, restart, resume it.
+    const exec2 = await session.callTool("build_candidate", { candidate: "slow5" });
+    assert.equal(exec2.kind, "task");
+    await pollTask(exec2.handle.taskId, (t) => /building/.test(t.statusMessage) || t.status !== "working");
+    let reference;
+    await exec2.handoff((r) => { reference = JSON.parse(JSON.stringify(r)); });
+    assert.equal(reference.taskId, exec2.handle.taskId);
+    await session.close();
+    kiln.kill("SIGKILL");
+    await kiln.exited;
+    await startKiln();
+    // A new client and task session, as a restarted agent would have.
+    session = createTaskSessionFromClient(await connect(), { endpointId: "kiln-modern-e2e", rawDispatch,
+      v2RequestFraming: framing });
+    const resumed = await session.resumeTask(reference);
+    const settled = await resumed.settle();
+    // The build was interrupted by the kill: a completed task whose result is an error.
+    assert.equal(settled.outcome.status, "completed", JSON.stringify(settled.outcome));
+    const result = resultFromTaskOutcome(settled.outcome);
+    assert.equal(result.isError, true);
+    assert.equal(result.structuredContent.status, "interrupted", JSON.stringify(result));
   } finally {
     await session.close();
     await client.close();
