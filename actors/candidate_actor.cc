@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "actors/actor_glue.h"
+#include "actors/build_history.h"  // issue 19
 #include "actors/build_metrics.h"
 #include "actors/candidate_builds.h"
 #include "actors/candidate_work.h"
@@ -56,6 +57,11 @@ CandidateBuilds::Options CoreOptions(const DomainEnv& env, const std::string& na
   o.journaled = env.store != nullptr;
   o.track_branches = env.busy != nullptr;
   o.save_keys = env.keys != nullptr;
+  if (auto h = env.history) {  // issue 19: the domain's bound, and older records from the journal
+    o.history_limit = [h] { return h->PerCandidate(); };
+    o.full_logs = [h] { return h->FullLogs(); };
+  }
+  if (auto store = env.store) o.journal = [store](const BuildId& id) { return store->Build(id); };
   const DomainEnv* e = &env;  // env outlives the core (both owned by the actor's state)
   o.build_key = [e](const std::string& source_id) {
     return ComputeBuildKey(e->domain, source_id, *e->dc, *e->registry, {});
@@ -202,11 +208,14 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
   s.name = std::move(name);
   s.scheduler = std::move(scheduler);
   s.domain = std::move(domain);
+  if (s.env->history) s.env->history->Join();
   s.core = std::make_unique<CandidateBuilds>(CoreOptions(*s.env, s.name));
   // After a restart: the candidate's recent builds from the journal.
   if (s.env->store)
-    Carry(self, s.core->Restore(
-                    s.env->store->Builds(s.env->domain, s.name, s.env->history_per_candidate)));
+    Carry(self,
+          s.core->Restore(s.env->store->Builds(
+              s.env->domain, s.name,
+              s.env->history ? s.env->history->PerCandidate() : s.env->history_per_candidate)));
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;

@@ -130,6 +130,7 @@ WorkDone BuildPhase(const DomainEnv& env, const std::string& candidate, const Bu
   d.diagnostics = std::move(br.diagnostics);
   d.elapsed_ms = Ms(Clock::now() - t0);
   for (const auto& [part, ms] : br.timings) d.parts[part] = ms;
+  if (env.storage_gate) env.storage_gate->BuildEnded();  // issue 19: its writes counted soon
   return d;
 }
 

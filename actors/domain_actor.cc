@@ -12,6 +12,7 @@
 
 #include "actors/actor_glue.h"
 #include "actors/build_failure.h"
+#include "actors/build_history.h"  // issue 19
 #include "actors/candidate_actor.h"
 #include "actors/candidate_work.h"
 #include "actors/domain_core.h"
@@ -62,7 +63,10 @@ caf::result<ToolResult> Build(Self self, BuildRequest& req, caf::actor& sink) {
 template <class... Ts>
 caf::result<ToolResult> ByBuildId(Self self, const BuildId& id, Ts... xs) {
   auto owner = self->state.core->OwnerOf(id);
-  auto cand = owner ? Candidate(self, *owner, false) : CandidateActor{};
+  auto& env = *self->state.env;  // issue 19: a build the domain forgot, from the journal
+  if (!owner && env.store)
+    if (auto b = JournalRecordOf(env.store->Build(id), env.domain)) owner = b->candidate;
+  auto cand = owner ? Candidate(self, *owner, true) : CandidateActor{};
   if (!cand) return Error("build '" + id + "' not found");
   return self->delegate(cand, xs...);
 }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "actors/blocking_work.h"
+#include "actors/build_history.h"
 #include "actors/build_metrics.h"
 #include "actors/domain_actor.h"
 #include "actors/domain_env.h"
@@ -208,6 +209,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
         if (ValidateName(c, "candidate").ok()) env->known_candidates.push_back(c);
     env->log_max_bytes = config->scheduler.build_log_max_bytes;
     env->max_candidates = static_cast<size_t>(d.max_candidates);
+    env->history =
+        std::make_shared<DomainHistoryBudget>(env->history_per_candidate, kDefaultHistoryPerDomain);
     fs::create_directories(env->domain_dir + "/cache", ec);
     fs::create_directories(env->domain_dir + "/candidates", ec);
     if (ec)
@@ -250,12 +253,16 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
         std::make_unique<StorageCollector>(config, state, impl->storage_leases, impl->storage_gate);
     impl->gc_thread = std::thread([raw] {
       // Every gc_interval_s, and at most every 10 s while a domain's builds are refused for
-      // its budget (the builds holding the space may have ended).
+      // its budget (the builds holding the space may have ended). Issue 19: with a budget, also
+      // at most every 2 s after a build wrote its outputs (the budget holds at every moment).
       const int ticks_per_run = raw->config->storage.gc_interval_s * 5;
+      bool budgeted = raw->config->storage.max_gb > 0;
+      for (const auto& [n, d] : raw->config->domains) budgeted |= d.storage.max_gb > 0;
       int since = 0;
       for (int ticks = 0; !raw->stop; ++ticks, ++since) {
         if (ticks % ticks_per_run == 0 ||
-            (since >= 50 && raw->storage_gate->TakeCollectionWanted())) {
+            (since >= 50 && raw->storage_gate->TakeCollectionWanted()) ||
+            (budgeted && since >= 10 && raw->storage_gate->TakeBuildEnded())) {
           raw->CollectOnce();
           since = 0;
         }

@@ -54,6 +54,7 @@ GcBudgets BudgetsFromConfig(const Config& config) {
     if (d.storage.max_gb > 0) b.domain_max_bytes[name] = GbToBytes(d.storage.max_gb);
   b.candidate_idle_ms = config.storage.candidate_idle_s * 1000;
   b.workspace_idle_ms = config.storage.workspace_idle_s * 1000;
+  b.headroom_pct = config.storage.headroom_pct;
   return b;
 }
 

@@ -64,6 +64,11 @@ std::string FormatGiB(int64_t bytes) {
 
 }  // namespace
 
+int64_t CollectionMark(int64_t max, int headroom_pct) {
+  const int pct = std::clamp(headroom_pct, 0, 90);
+  return max - max / 100 * pct - (max % 100) * pct / 100;
+}
+
 std::optional<std::string> GcLeaseReason(const StorageItem& item, const GcLeases& leases) {
   switch (item.kind) {
     case StorageKind::kGitRepo:
@@ -151,18 +156,23 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
     return it == budgets.domain_max_bytes.end() ? 0 : it->second;
   };
 
-  // 2. Each domain over its own budget collects its own items only.
+  auto mark = [&](int64_t max) { return CollectionMark(max, budgets.headroom_pct); };
+  const std::string over = budgets.headroom_pct > 0 ? " over its storage budget's collection mark"
+                                                    : " over its storage budget";
+
+  // 2. Each domain over its own budget (its mark) collects its own items only.
   for (const auto& [domain, max] : budgets.domain_max_bytes) {
-    if (max <= 0 || domain.empty() || usage[domain] <= max) continue;
+    if (max <= 0 || domain.empty() || usage[domain] <= mark(max)) continue;
     for (size_t i : ordered([&](const StorageItem& it) { return it.domain == domain; })) {
-      if (usage[domain] <= max) break;
-      remove(i, "domain " + domain + " over its storage budget");
+      if (usage[domain] <= mark(max)) break;
+      remove(i, "domain " + domain + over);
     }
   }
 
-  // 3. Over the global budget: domains above their share give first (down to their share),
-  // then everything collectable, least recently used first.
-  if (budgets.global_max_bytes > 0 && total > budgets.global_max_bytes) {
+  // 3. Over the global budget (its mark): domains above their share give first (down to their
+  // share's mark), then everything collectable, least recently used first.
+  const int64_t global_mark = mark(budgets.global_max_bytes);
+  if (budgets.global_max_bytes > 0 && total > global_mark) {
     std::set<std::string> domains;
     for (const auto& item : items) {
       if (!item.domain.empty()) domains.insert(item.domain);
@@ -175,15 +185,15 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
       return own > 0 ? std::min(own, even_share) : even_share;
     };
     for (size_t i : ordered([&](const StorageItem& it) {
-           return !it.domain.empty() && usage[it.domain] > share_of(it.domain);
+           return !it.domain.empty() && usage[it.domain] > mark(share_of(it.domain));
          })) {
-      if (total <= budgets.global_max_bytes) break;
-      if (usage[items[i].domain] <= share_of(items[i].domain)) continue;
+      if (total <= global_mark) break;
+      if (usage[items[i].domain] <= mark(share_of(items[i].domain))) continue;
       remove(i, "total storage over the global budget (domain " + items[i].domain +
                     " above its share)");
     }
     for (size_t i : ordered([](const StorageItem& it) { return it.domain.empty(); })) {
-      if (total <= budgets.global_max_bytes) break;
+      if (total <= global_mark) break;
       remove(i, "total storage over the global budget (shared)");
     }
     if (total > budgets.global_max_bytes) {

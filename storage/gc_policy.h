@@ -17,12 +17,13 @@
 //  - age rules apply without budget pressure: workspaces of candidates idle longer than
 //    `workspace_idle_ms`, build-key entries whose image is gone (`dangling`), rootfs of images
 //    not deployed;
-//  - a domain over its own budget collects only its own items: idle candidates first, then
-//    least recently used first;
-//  - over the global budget, the domains using more than their share (the global budget split
-//    evenly, or their own budget when smaller) give down to their share, then shared items
+//  - a domain over its own collection mark (its budget less `headroom_pct`) collects only its own
+//    items, down to the mark: idle candidates first, then least recently used first;
+//  - over the global mark, the domains using more than their share's mark (the global budget
+//    split evenly, or their own budget when smaller) give down to it, then shared items
 //    (domain "") go, LRU; a domain within its share is never touched. Domains still above their
-//    share are listed in `domains_over_share` (their next build fails).
+//    share (the share itself, not its mark) are listed in `domains_over_share` (their next
+//    build fails), as are domains over their own budget in `domains_over_budget`.
 //
 // Plain data and functions, no CAF, no I/O: thread-safe (no shared state).
 #pragma once
@@ -87,7 +88,14 @@ struct GcBudgets {
   int64_t candidate_idle_ms = int64_t{6} * 3600 * 1000;
   /// Workspaces of candidates idle this long are collected even under budget; 0: never by age.
   int64_t workspace_idle_ms = int64_t{24} * 3600 * 1000;
+  /// Issue 19, a strict budget: collection starts once usage passes the budget less this share
+  /// (the low-water mark) and collects down to it, so that what builds write between two
+  /// collections fits in the headroom. 0..90. Refusals stay at the budget itself.
+  int headroom_pct = 0;
 };
+
+/// The low-water mark of `max` bytes under `headroom_pct` (what collection collects down to).
+int64_t CollectionMark(int64_t max, int headroom_pct);
 
 struct GcDeletion {
   StorageItem item;

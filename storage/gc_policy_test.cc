@@ -156,6 +156,45 @@ TEST(GcPolicy, GlobalOverWithNothingFreeableNamesTheDomainsAboveShare) {
   EXPECT_EQ(plan.domains_over_share.begin()->second, 50 * kMiB);
 }
 
+// Issue 19, a strict budget: with headroom, collection starts below the budget (at its mark)
+// and collects down to the mark, so the next interval's writes fit under the budget itself.
+TEST(GcPolicy, HeadroomCollectsDownToTheMarkBeforeTheBudgetIsReached) {
+  EXPECT_EQ(CollectionMark(100 * kMiB, 20), 80 * kMiB);
+  EXPECT_EQ(CollectionMark(100 * kMiB, 0), 100 * kMiB);
+  EXPECT_EQ(CollectionMark(100 * kMiB, 500), 10 * kMiB);  // clamped to 90 %
+  EXPECT_EQ(CollectionMark(999, 10), 900);                // no overflow, rounds the mark up
+  std::vector<StorageItem> items = {
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 30 * kMiB, 3 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/2", 30 * kMiB, 2 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/3", 30 * kMiB, 1 * kHour)};
+  GcBudgets budgets = DomainBudget("a", 100 * kMiB);
+  // 90 MiB is under the budget: nothing without headroom.
+  EXPECT_TRUE(PlanCollection(items, {}, budgets, kNow).deletions.empty());
+  budgets.headroom_pct = 20;  // mark 80 MiB: the oldest output goes, down to 60
+  GcPlan plan = PlanCollection(items, {}, budgets, kNow);
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1"}));
+  EXPECT_EQ(plan.domain_bytes_after["a"], 60 * kMiB);
+  EXPECT_TRUE(plan.domains_over_budget.empty());
+  // Between the mark and the budget with nothing collectable: no refusal (under the budget).
+  GcLeases leases;
+  leases.leased_ids = {"a/out/1", "a/out/2", "a/out/3"};
+  plan = PlanCollection(items, leases, budgets, kNow);
+  EXPECT_TRUE(plan.deletions.empty());
+  EXPECT_TRUE(plan.domains_over_budget.empty());
+  // The global budget has its mark too; a domain within its share's mark is not touched.
+  std::vector<StorageItem> two = {
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 50 * kMiB, 3 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/2", 20 * kMiB, 1 * kHour),
+      Item(StorageKind::kLayeredOutput, "b", "", "b/out/1", 30 * kMiB, 9 * kHour)};
+  GcBudgets global;
+  global.global_max_bytes = 120 * kMiB;  // mark 96; shares 60, marks 48
+  global.headroom_pct = 20;
+  global.workspace_idle_ms = 0;
+  plan = PlanCollection(two, {}, global, kNow);
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1"}));
+  EXPECT_FALSE(plan.global_over_budget);
+}
+
 TEST(GcPolicy, RunningBuildLeasesStorageWorkspaceAndDomainCaches) {
   GcLeases leases;
   leases.busy_candidates = {"a/c1"};
