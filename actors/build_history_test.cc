@@ -8,15 +8,16 @@ namespace kiln {
 namespace {
 
 TEST(BuildHistory, CandidatesShareTheDomainBound) {
-  EXPECT_EQ(HistoryPerCandidate(50, 400, 1), 50u);    // the per-candidate bound first
-  EXPECT_EQ(HistoryPerCandidate(50, 400, 8), 50u);    // 8 x 50 = 400 fits
-  EXPECT_EQ(HistoryPerCandidate(50, 400, 10), 40u);   // 10 x 40 = 400
+  EXPECT_EQ(HistoryPerCandidate(50, 400, 1), 50u);   // the per-candidate bound first
+  EXPECT_EQ(HistoryPerCandidate(50, 400, 8), 50u);   // 8 x 50 = 400 fits
+  EXPECT_EQ(HistoryPerCandidate(50, 400, 10), 40u);  // 10 x 40 = 400
   EXPECT_EQ(HistoryPerCandidate(50, 400, 256), kMinHistoryPerCandidate);  // the floor
-  EXPECT_EQ(HistoryPerCandidate(50, 0, 1000), 50u);   // no domain bound
+  EXPECT_EQ(HistoryPerCandidate(50, 0, 1000), 50u);                       // no domain bound
   EXPECT_EQ(HistoryPerCandidate(50, 400, 0), 50u);
   // Whatever the number of candidates, the domain keeps at most max(bound, floor x n).
   for (size_t n = 1; n <= 300; ++n)
-    EXPECT_LE(HistoryPerCandidate(50, 400, n) * n, std::max<size_t>(400, kMinHistoryPerCandidate * n))
+    EXPECT_LE(HistoryPerCandidate(50, 400, n) * n,
+              std::max<size_t>(400, kMinHistoryPerCandidate * n))
         << n;
   EXPECT_EQ(FullLogsPerCandidate(1), kFullLogsPerCandidate);
   EXPECT_EQ(FullLogsPerCandidate(16), 2u);

@@ -84,6 +84,9 @@ class StorageCollector {
 
  private:
   bool Delete(const StorageItem& item, std::string* why);
+  /// Issue 19: frees about `bytes` of the cache at `item` (its oldest regular files first;
+  /// files modified in the last minute, symlinks and other file systems never). Freed bytes.
+  int64_t Trim(const StorageItem& item, int64_t bytes, int64_t now_ms);
   void UpdateMetrics(const std::vector<StorageItem>& items, const GcRunReport& report);
 
   std::shared_ptr<const Config> config_;

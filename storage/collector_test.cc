@@ -287,6 +287,25 @@ TEST_F(CollectorTest, DeployBlobsOfTheDeployedImageStayOthersGo) {
   EXPECT_FALSE(Exists("domains/a/deploy/blobs/sha256/" + dep_top));
 }
 
+// Issue 19: a busy domain's build cache loses its oldest files only, never the files a running
+// build wrote in the last minute, and is not removed whole.
+TEST_F(CollectorTest, BusyDomainsBuildCacheLosesItsOldestFiles) {
+  File("domains/a/cache/layered/go-build/00/old-a", 2 * kMiB, 7200);
+  File("domains/a/cache/layered/go-build/01/old-b", 2 * kMiB, 3600);
+  File("domains/a/cache/layered/go-build/02/fresh", 2 * kMiB);
+  Mutable()->domains["a"].storage.max_gb = 3.0 / 1024;  // 3 MiB, mark 2.4 MiB
+  auto leases = std::make_shared<StorageLeaseTable>();
+  leases->Hold("a", "c1", "b-1");  // a build of the domain runs
+  StorageCollector collector(config_, dir_, leases, nullptr);
+  GcRunReport r = collector.RunOnce({}, false, NowMs());
+  ASSERT_EQ(r.plan.trims.size(), 1u);
+  EXPECT_FALSE(Exists("domains/a/cache/layered/go-build/00/old-a"));
+  EXPECT_FALSE(Exists("domains/a/cache/layered/go-build/01/old-b"));
+  EXPECT_TRUE(Exists("domains/a/cache/layered/go-build/02/fresh"));
+  EXPECT_TRUE(Exists("domains/a/cache/layered/go-build/00"));
+  EXPECT_GE(r.freed_bytes, 4 * kMiB);
+}
+
 TEST_F(CollectorTest, BudgetsFromConfigConvertsGiB) {
   Mutable()->storage.max_gb = 2;
   Mutable()->domains["a"].storage.max_gb = 0.5;

@@ -205,6 +205,53 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
     }
   }
 
+  // 4. A domain still over its own mark (or, over the global mark, its share's mark) trims
+  // the build caches its running builds lease, largest first (only the busy-domain lease; an
+  // explicit lease or a protected image keeps a cache whole).
+  auto trimmable = [&](size_t i) {
+    const StorageItem& it = items[i];
+    if (it.kind != StorageKind::kBuildCache || deleted[i] || eligible[i] || it.bytes <= 0)
+      return false;
+    if (!DomainHasBusyCandidate(it.domain, leases)) return false;
+    GcLeases others = leases;
+    others.busy_candidates.clear();
+    return !GcLeaseReason(it, others);
+  };
+  std::set<std::string> busy_domains;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (trimmable(i)) busy_domains.insert(items[i].domain);
+  for (const auto& domain : busy_domains) {
+    int64_t target = -1;
+    if (int64_t max = budget_of(domain); max > 0 && usage[domain] > mark(max)) target = mark(max);
+    if (budgets.global_max_bytes > 0 && total > global_mark) {
+      std::set<std::string> named;
+      for (const auto& item : items)
+        if (!item.domain.empty()) named.insert(item.domain);
+      const auto n = static_cast<int64_t>(named.size());
+      int64_t share = n > 0 ? budgets.global_max_bytes / n : budgets.global_max_bytes;
+      if (int64_t own = budget_of(domain); own > 0) share = std::min(share, own);
+      if (usage[domain] > mark(share))
+        target = target < 0 ? mark(share) : std::min(target, mark(share));
+    }
+    if (target < 0) continue;
+    std::vector<size_t> caches;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i].domain == domain && trimmable(i)) caches.push_back(i);
+    std::sort(caches.begin(), caches.end(), [&](size_t a, size_t b) {
+      return std::tie(items[b].bytes, items[a].id) < std::tie(items[a].bytes, items[b].id);
+    });
+    for (size_t i : caches) {
+      const int64_t want = std::min(items[i].bytes, usage[domain] - target);
+      if (want <= 0) break;
+      usage[domain] -= want;
+      total -= want;
+      plan.trims.push_back({items[i], want,
+                            "domain " + domain +
+                                " over its storage budget's collection mark "
+                                "while its builds run: the cache's oldest files"});
+    }
+  }
+
   plan.domain_bytes_after = usage;
   plan.total_bytes_after = total;
   for (const auto& [domain, max] : budgets.domain_max_bytes) {

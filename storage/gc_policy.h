@@ -14,6 +14,10 @@
 //    deploy in progress (deploy blobs and rootfs), or that holds/refers to a protected image
 //    (the deployed image of a domain, the latest successful image of a candidate);
 //  - never a non-collectable item (git repository, journal);
+//  - a domain's build cache while a build of the domain runs is not deleted but, when the
+//    domain stays over its mark after everything else collectable went, trimmed (GcTrim: its
+//    oldest files) by what it is over — a busy domain's compiler cache otherwise grows until
+//    the domain's builds are refused;
 //  - age rules apply without budget pressure: workspaces of candidates idle longer than
 //    `workspace_idle_ms`, build-key entries whose image is gone (`dangling`), rootfs of images
 //    not deployed;
@@ -102,8 +106,18 @@ struct GcDeletion {
   std::string reason;  // "idle workspace", "dangling key", "domain d over budget", ...
 };
 
+/// Issue 19: a build cache that a running build of its domain may be using is never deleted
+/// whole; when the domain stays over its mark with nothing else left, its oldest files go
+/// (files written in the last minute never: a running build's own writes).
+struct GcTrim {
+  StorageItem item;
+  int64_t bytes = 0;  // to free, oldest files first
+  std::string reason;
+};
+
 struct GcPlan {
   std::vector<GcDeletion> deletions;                   // in deletion order
+  std::vector<GcTrim> trims;                           // after the deletions
   std::map<std::string, int64_t> domain_bytes_before;  // per domain ("" shared)
   std::map<std::string, int64_t> domain_bytes_after;
   int64_t total_bytes_before = 0;

@@ -195,6 +195,38 @@ TEST(GcPolicy, HeadroomCollectsDownToTheMarkBeforeTheBudgetIsReached) {
   EXPECT_FALSE(plan.global_over_budget);
 }
 
+// Issue 19: a busy domain's compiler cache grows with every build and a build of the domain is
+// always running: once nothing else collectable is left, its oldest files are trimmed by what
+// the domain is over its mark (never deleted whole, never another domain's, never when under).
+TEST(GcPolicy, BusyDomainsBuildCacheIsTrimmedWhenNothingElseIsLeft) {
+  GcLeases leases;
+  leases.busy_candidates = {"a/c1"};
+  std::vector<StorageItem> items = {
+      Item(StorageKind::kBuildCache, "a", "", "a/cache/layered/go-build", 80 * kMiB, 1 * kHour),
+      Item(StorageKind::kBuildCache, "a", "", "a/cache/rootless", 5 * kMiB, 1 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 10 * kMiB, 2 * kHour),
+      Item(StorageKind::kCandidateStorage, "a", "c1", "a/c1/storage", 10 * kMiB, 1 * kHour),
+      Item(StorageKind::kBuildCache, "b", "", "b/cache/layered/go-build", 90 * kMiB, 9 * kHour)};
+  GcBudgets budgets = DomainBudget("a", 100 * kMiB);
+  budgets.domain_max_bytes["b"] = 100 * kMiB;
+  budgets.headroom_pct = 20;  // a: 105 MiB, mark 80; b: 90 MiB, idle, over its mark 80
+  GcPlan plan = PlanCollection(items, leases, budgets, kNow);
+  // The output goes first (95 left), then 15 MiB of the largest cache's oldest files.
+  ASSERT_EQ(plan.trims.size(), 1u);
+  EXPECT_EQ(plan.trims[0].item.id, "a/cache/layered/go-build");
+  EXPECT_EQ(plan.trims[0].bytes, 15 * kMiB);
+  EXPECT_EQ(plan.domain_bytes_after["a"], 80 * kMiB);
+  // b has no running build: its cache is deleted whole (an ordinary deletion), not trimmed.
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1", "b/cache/layered/go-build"}));
+  // Under the mark: nothing trimmed.
+  budgets.domain_max_bytes["a"] = 200 * kMiB;
+  EXPECT_TRUE(PlanCollection(items, leases, budgets, kNow).trims.empty());
+  // A cache leased explicitly (or holding a protected image) is not trimmed either.
+  budgets.domain_max_bytes["a"] = 100 * kMiB;
+  leases.leased_ids = {"a/cache/layered/go-build", "a/cache/rootless"};
+  EXPECT_TRUE(PlanCollection(items, leases, budgets, kNow).trims.empty());
+}
+
 TEST(GcPolicy, RunningBuildLeasesStorageWorkspaceAndDomainCaches) {
   GcLeases leases;
   leases.busy_candidates = {"a/c1"};
