@@ -179,6 +179,13 @@ GcRunReport StorageCollector::RunOnce(GcLeases leases, bool dry_run, int64_t now
     }
     for (const auto& trim : report.plan.trims) {
       const int64_t freed = Trim(trim.item, trim.bytes, now_ms);
+      // Fewer bytes than planned (recent files stay): the domain may stay over its budget.
+      const std::string& d = trim.item.domain;
+      report.plan.domain_bytes_after[d] += std::max<int64_t>(0, trim.bytes - freed);
+      report.plan.total_bytes_after += std::max<int64_t>(0, trim.bytes - freed);
+      if (budgets.domain_max_bytes.count(d) &&
+          report.plan.domain_bytes_after[d] > budgets.domain_max_bytes[d])
+        report.plan.domains_over_budget.insert(d);
       report.freed_bytes += freed;
       SetMetric("kiln_storage_collected_bytes_total", trim.item.domain,
                 StorageKindName(trim.item.kind), static_cast<double>(freed), true);

@@ -210,7 +210,8 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
   // explicit lease or a protected image keeps a cache whole).
   auto trimmable = [&](size_t i) {
     const StorageItem& it = items[i];
-    if (it.kind != StorageKind::kBuildCache || deleted[i] || eligible[i] || it.bytes <= 0)
+    if (it.kind != StorageKind::kBuildCache || !it.trimmable || deleted[i] || eligible[i] ||
+        it.bytes <= 0)
       return false;
     if (!DomainHasBusyCandidate(it.domain, leases)) return false;
     GcLeases others = leases;

@@ -14,7 +14,8 @@
 //    deploy in progress (deploy blobs and rootfs), or that holds/refers to a protected image
 //    (the deployed image of a domain, the latest successful image of a candidate);
 //  - never a non-collectable item (git repository, journal);
-//  - a domain's build cache while a build of the domain runs is not deleted but, when the
+//  - a domain's (trimmable) build cache while a build of the domain runs is not deleted but, when
+//  the
 //    domain stays over its mark after everything else collectable went, trimmed (GcTrim: its
 //    oldest files) by what it is over — a busy domain's compiler cache otherwise grows until
 //    the domain's builds are refused;
@@ -69,6 +70,9 @@ struct StorageItem {
   bool dangling = false;
   /// Issue 19: a temporary file whose writer (a kiln process) is gone, e.g. after kill -9.
   bool leftover = false;
+  /// Issue 19: a compiler cache whose old files may go while a build uses it (the domain's
+  /// layered caches; not buildah's directory, which holds running builds' temporary files).
+  bool trimmable = false;
 };
 
 struct GcLeases {

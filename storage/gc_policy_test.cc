@@ -203,23 +203,36 @@ TEST(GcPolicy, BusyDomainsBuildCacheIsTrimmedWhenNothingElseIsLeft) {
   leases.busy_candidates = {"a/c1"};
   std::vector<StorageItem> items = {
       Item(StorageKind::kBuildCache, "a", "", "a/cache/layered/go-build", 80 * kMiB, 1 * kHour),
-      Item(StorageKind::kBuildCache, "a", "", "a/cache/rootless", 5 * kMiB, 1 * kHour),
+      // buildah's directory (temporary files of running builds) is never trimmed.
+      Item(StorageKind::kBuildCache, "a", "", "a/cache/rootless", 95 * kMiB, 1 * kHour),
       Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 10 * kMiB, 2 * kHour),
       Item(StorageKind::kCandidateStorage, "a", "c1", "a/c1/storage", 10 * kMiB, 1 * kHour),
       Item(StorageKind::kBuildCache, "b", "", "b/cache/layered/go-build", 90 * kMiB, 9 * kHour)};
   GcBudgets budgets = DomainBudget("a", 100 * kMiB);
   budgets.domain_max_bytes["b"] = 100 * kMiB;
   budgets.headroom_pct = 20;  // a: 105 MiB, mark 80; b: 90 MiB, idle, over its mark 80
+  items[0].trimmable = true;
+  items[4].trimmable = true;
   GcPlan plan = PlanCollection(items, leases, budgets, kNow);
-  // The output goes first (95 left), then 15 MiB of the largest cache's oldest files.
+  // The output goes first (185 left), then the compiler cache's oldest files: all it has (80)
+  // since buildah's directory cannot give; the domain stays over its budget (refused).
   ASSERT_EQ(plan.trims.size(), 1u);
   EXPECT_EQ(plan.trims[0].item.id, "a/cache/layered/go-build");
+  EXPECT_EQ(plan.trims[0].bytes, 80 * kMiB);
+  EXPECT_EQ(plan.domain_bytes_after["a"], 105 * kMiB);
+  EXPECT_EQ(plan.domains_over_budget, (std::set<std::string>{"a"}));
+  // With 5 MiB in buildah's directory: 15 MiB of the compiler cache bring it to the mark.
+  std::vector<StorageItem> small = items;
+  small[1].bytes = 5 * kMiB;
+  plan = PlanCollection(small, leases, budgets, kNow);
+  ASSERT_EQ(plan.trims.size(), 1u);
   EXPECT_EQ(plan.trims[0].bytes, 15 * kMiB);
   EXPECT_EQ(plan.domain_bytes_after["a"], 80 * kMiB);
+  EXPECT_TRUE(plan.domains_over_budget.empty());
   // b has no running build: its cache is deleted whole (an ordinary deletion), not trimmed.
   EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1", "b/cache/layered/go-build"}));
   // Under the mark: nothing trimmed.
-  budgets.domain_max_bytes["a"] = 200 * kMiB;
+  budgets.domain_max_bytes["a"] = 300 * kMiB;
   EXPECT_TRUE(PlanCollection(items, leases, budgets, kNow).trims.empty());
   // A cache leased explicitly (or holding a protected image) is not trimmed either.
   budgets.domain_max_bytes["a"] = 100 * kMiB;

@@ -136,8 +136,11 @@ std::vector<StorageItem> ScanInventory(const std::string& state_dir, const Confi
     for (const auto& e : Entries(droot / "cache" / "outputs"))
       cache_entry(StorageKind::kLayeredOutput, base + "/cache/outputs/" + e, e);
     Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/rootless");
-    for (const auto& e : Entries(droot / "cache" / "layered"))
+    for (const auto& e : Entries(droot / "cache" / "layered")) {
       Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/layered/" + e);
+      if (!items.empty() && items.back().id == base + "/cache/layered/" + e)
+        items.back().trimmable = true;  // a compiler cache: its old files may go
+    }
     // Issue 19: the local target records the layers of each image it fetched
     // (deploy/images/<hex>.json); a blob carries the images that use it, so the blobs of the
     // deployed and latest images are protected, and a record goes with its image.
