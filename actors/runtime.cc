@@ -1,5 +1,6 @@
 #include "actors/runtime.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -165,6 +166,11 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
     for (const auto& c : sum.corruptions) spdlog::error("state: {}", c);
     for (const auto& n : sum.notes) spdlog::info("state: {}", n);
   }
+  // Issue 19, memory that levels off: build logs and records are allocated on the worker
+  // threads and freed on others; with glibc's default of 8 arenas per core each thread's arena
+  // kept its own free fragments (RSS grew from ~210 to ~340 MiB over a soak with flat live
+  // data). Few arenas, and their free pages returned below (MemoryUpkeep).
+  mallopt(M_ARENA_MAX, 4);
   impl->sys_cfg = std::make_unique<SystemConfig>(opts.worker_threads);
   impl->sys = std::make_unique<caf::actor_system>(*impl->sys_cfg);
   std::map<std::string, int> weights;
@@ -260,6 +266,8 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
       for (const auto& [n, d] : raw->config->domains) budgeted |= d.storage.max_gb > 0;
       int since = 0;
       for (int ticks = 0; !raw->stop; ++ticks, ++since) {
+        // Issue 19: the free pages of every malloc arena back to the system every 30 s.
+        if (ticks % 150 == 75) malloc_trim(0);
         if (ticks % ticks_per_run == 0 ||
             (since >= 50 && raw->storage_gate->TakeCollectionWanted()) ||
             (budgeted && since >= 10 && raw->storage_gate->TakeBuildEnded())) {
