@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "actors/actor_glue.h"
+#include "actors/build_history.h"  // issue 19
 #include "actors/build_metrics.h"
 #include "actors/candidate_builds.h"
 #include "actors/candidate_work.h"
@@ -150,12 +151,14 @@ CandidateActor::behavior_type CandidateBehavior(Self self, std::shared_ptr<const
   st.name = std::move(name);
   st.scheduler = std::move(scheduler);
   st.domain = std::move(domain);
+  if (st.env->history) st.env->history->Join();  // issue 19: the domain's history bound
   st.core = std::make_unique<CandidateBuilds>(CandidateOptions(*st.env, st.name));
   st.callers.Journal(st.env->store, st.env->writer, caf::actor_cast<caf::actor>(self));
   // After a restart: the candidate's recent builds from the journal.
   if (StateStore* journal = st.env->journal())
-    Carry(self, st.core->Restore(
-                    journal->Builds(st.env->domain, st.name, st.env->history_per_candidate)));
+    Carry(self, st.core->Restore(journal->Builds(st.env->domain, st.name,
+                                                 st.env->history ? st.env->history->PerCandidate()
+                                                                 : st.env->history_per_candidate)));
   return {
       [=](build_atom, BuildRequest& req, caf::actor& sink) -> caf::result<ToolResult> {
         auto& s = self->state;

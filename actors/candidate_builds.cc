@@ -6,6 +6,7 @@
 #include <random>
 
 #include "actors/build_failure.h"
+#include "actors/build_history.h"
 #include "actors/on_push_policy.h"
 #include "common/json_text.h"
 #include "core/cancel_token.h"
@@ -14,9 +15,8 @@ namespace kiln {
 namespace {
 
 constexpr size_t kTailBytes = 4096;
-// Issue 19: only the newest builds keep their whole log in memory; older finished ones keep
-// the tail (build_log of an older build starts at its first kept byte).
-constexpr size_t kFullLogs = 4;
+// Issue 19: only the newest builds keep their whole log in memory (Options::full_logs); older
+// finished ones keep the tail (build_log of an older build starts at its first kept byte).
 constexpr size_t kOldLogTail = 64 << 10;
 
 BuildId RandomBuildId() {
@@ -145,25 +145,8 @@ Effects CandidateBuilds::Restore(const std::vector<BuildRecord>& newest_first) {
     const BuildRecord& b = *it;
     if (records_.count(b.id)) continue;
     Record& r = records_[b.id];
-    r.snap.id = b.id;
+    r.snap = SnapshotOfRecord(b, opts_.remote);
     r.snap.candidate = opts_.candidate;
-    r.snap.remote = opts_.remote;
-    r.snap.commit = b.commit;
-    r.snap.status = b.status;
-    r.snap.cache_hit = b.cache_hit;
-    r.snap.timings = b.timings;
-    r.snap.error = b.error;
-    r.snap.error_kind = b.error_kind;
-    auto o = std::make_shared<BuildOutcome>();
-    o->status = b.status;
-    o->image_ref = b.image_ref;
-    o->digest = b.digest;
-    o->diagnostics = b.diagnostics;
-    o->error = b.error;
-    o->error_kind = b.error_kind;
-    o->built_by = b.id;
-    o->commit = b.commit;
-    r.snap.outcome = o;
     r.cancel = SpentToken();
     r.order = b.started_at_ms * 1000000;
     r.log = std::make_shared<LogBuffer>(kTailBytes);
@@ -361,18 +344,33 @@ void CandidateBuilds::Finalize(Record& r, BuildStatus st, OutcomePtr outcome,
   TrimHistory();
 }
 
+std::optional<BuildRecord> CandidateBuilds::FromJournal(const BuildId& id) const {
+  if (!opts_.journal) return std::nullopt;
+  auto b = opts_.journal(id);
+  if (!b || b->domain != opts_.domain) return std::nullopt;
+  return b;
+}
+
 void CandidateBuilds::TrimHistory() {
-  while (history_.size() > opts_.history) {
-    const BuildId& id = history_.front();
-    const Record* r = Find(id);
-    if (r && !IsFinal(r->snap.status)) break;
-    if (latest_success_ && *latest_success_ == id) break;
-    records_.erase(id);
-    history_.pop_front();
+  const size_t keep =
+      opts_.history_limit ? std::max<size_t>(1, opts_.history_limit()) : opts_.history;
+  const size_t full_logs = opts_.full_logs ? opts_.full_logs() : kFullLogsPerCandidate;
+  // Oldest first; the latest success and unfinished builds stay wherever they are (an old
+  // latest success no longer stops the trim: a candidate failing for days stays bounded).
+  size_t excess = history_.size() > keep ? history_.size() - keep : 0;
+  for (auto it = history_.begin(); it != history_.end() && excess > 0;) {
+    const Record* r = Find(*it);
+    if ((r && !IsFinal(r->snap.status)) || (latest_success_ && *latest_success_ == *it)) {
+      ++it;
+      continue;
+    }
+    records_.erase(*it);
+    it = history_.erase(it);
+    --excess;
   }
   size_t seen = 0;
   for (auto h = history_.rbegin(); h != history_.rend(); ++h) {
-    if (++seen <= kFullLogs) continue;
+    if (++seen <= full_logs) continue;
     Record* r = Find(*h);
     if (!r || !IsFinal(r->snap.status) || !r->log) continue;
     if (r->log->held_bytes() > kOldLogTail) r->log->Shrink(kOldLogTail);
@@ -635,7 +633,11 @@ void CandidateBuilds::OnPushed(Record& r, const WorkDone& d, Effects* out) {
 
 ToolResult CandidateBuilds::CancelBuild(const BuildId& id, Effects* out) {
   Record* r = Find(id);
-  if (!r) return {ErrorJson("build '" + id + "' not found"), true};
+  if (!r) {
+    auto b = FromJournal(id);  // issue 19: ended long ago, no longer in memory
+    if (b && b->candidate == opts_.candidate) return JournalCancel(*b);
+    return {ErrorJson("build '" + id + "' not found"), true};
+  }
   const bool was_final = IsFinal(r->snap.status);
   Cancel(*r, "cancelled by request", out);
   nlohmann::json j = {{"build_id", id}, {"status", StatusWireName(r->snap.status)}};
@@ -661,7 +663,12 @@ nlohmann::json CandidateBuilds::StatusJson(int64_t position) const {
 
 std::optional<ToolResult> CandidateBuilds::Result(const BuildId& id, bool* queued) const {
   const Record* r = Find(id);
-  if (!r) return std::nullopt;
+  if (!r) {
+    auto b = FromJournal(id);  // issue 19: older records are served from the journal
+    if (!b || b->candidate != opts_.candidate) return std::nullopt;
+    *queued = false;
+    return JournalResult(*b, opts_.remote);
+  }
   *queued = r->snap.status == BuildStatus::kQueued;
   return ResultOf(*r);
 }
@@ -675,7 +682,10 @@ ToolResult CandidateBuilds::Lookup(const BuildId& wanted) const {
     id = *latest_success_;
   }
   const Record* r = Find(id);
-  if (!r) return {ErrorJson("build '" + id + "' not found"), true};
+  if (!r) {
+    if (auto b = FromJournal(id)) return JournalLookup(*b, opts_.candidate, opts_.remote);
+    return {ErrorJson("build '" + id + "' not found"), true};
+  }
   if (r->snap.status != BuildStatus::kSucceeded || !r->snap.outcome ||
       r->snap.outcome->digest.empty())
     return {ErrorJson("build '" + id + "' is " + StatusWireName(r->snap.status) +
@@ -687,6 +697,10 @@ ToolResult CandidateBuilds::Lookup(const BuildId& wanted) const {
 ToolResult CandidateBuilds::Log(const BuildId& id, uint64_t offset, uint64_t limit,
                                 uint64_t tail) const {
   const Record* r = Find(id);
+  if (!r) {
+    auto b = FromJournal(id);  // issue 19: the record from the journal; its log is gone
+    if (b && b->candidate == opts_.candidate) return JournalLog(*b, offset, limit, tail);
+  }
   if (!r || !r->log) return {ErrorJson("build '" + id + "' not found"), true};
   if (tail > 0) {  // issue 16: the last `tail` bytes
     const size_t size = r->log->size();

@@ -182,6 +182,12 @@ class CandidateBuilds {
     std::string registry;             // image.registry: the push lane's name
     std::vector<std::string> hidden;  // host details never shown to the agent
     size_t history = 50;              // history_per_candidate
+    // Issue 19, memory that levels off (actors/build_history.h): the records and whole logs
+    // this candidate may keep now (its share of the domain's bound; default: `history` and
+    // 4), and the journal's record of a build no longer held (of this domain; null: none).
+    std::function<size_t()> history_limit;
+    std::function<size_t()> full_logs;
+    std::function<std::optional<BuildRecord>(const BuildId&)> journal;
     size_t log_max_bytes = 4 << 20;
     int timeout_s = 900;          // build.timeout_s
     bool journaled = false;       // a state store exists: journal writes are emitted
@@ -286,6 +292,7 @@ class CandidateBuilds {
   std::string Describe(Record& r, const std::string& stage, const WorkDone& d,
                        const std::string& log_tail, std::string* kind) const;
   void TrimHistory();
+  std::optional<BuildRecord> FromJournal(const BuildId& id) const;
   void LogTransition(const Record& r) const;
 
   Options opts_;

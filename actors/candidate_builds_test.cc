@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/cancel_token.h"
 
 namespace kiln {
@@ -488,8 +490,10 @@ TEST_F(CandidateBuildsTest, HistoryIsBoundedAndKeepsTheLatestSuccess) {
     c.Request(Req(), i, 0, 0);
     c.WorkFinished(Done(Id(i), "resolve", Status::NotFound("no such ref")));
   }
-  // The success is the oldest and is kept, so the trim stops there.
+  // The success is the oldest and is kept; the failures after it go (issue 19: an old success
+  // no longer stops the trim).
   EXPECT_FALSE(c.Lookup(Id(1)).is_error);
+  EXPECT_EQ(c.records(), 3u);
   // Another success lets the old one go, and the history shrinks to its bound.
   c.Request(Req(), 7, 0, 0);
   RunToPushed(c, Id(7));
@@ -499,6 +503,74 @@ TEST_F(CandidateBuildsTest, HistoryIsBoundedAndKeepsTheLatestSuccess) {
   EXPECT_TRUE(c.Lookup(Id(1)).is_error);
   EXPECT_FALSE(c.Lookup("").is_error);
   EXPECT_EQ(c.Lookup("").structured["build_id"], Id(7));
+}
+
+// Issue 19: the candidate trims to its current share of the domain's bound (it shrinks as
+// candidates join) and answers about a build it no longer holds from the journal's record: its
+// own domain's and candidate's only.
+TEST_F(CandidateBuildsTest, TrimsToTheDomainShareAndServesEvictedBuildsFromTheJournal) {
+  size_t share = 50;
+  std::map<BuildId, BuildRecord> journal;
+  CandidateBuilds::Options o;
+  o.domain = "dom";
+  o.candidate = "alice";
+  o.history = 50;
+  o.history_limit = [&] { return share; };
+  o.full_logs = [] { return size_t{1}; };
+  o.journal = [&](const BuildId& id) -> std::optional<BuildRecord> {
+    auto it = journal.find(id);
+    if (it == journal.end()) return std::nullopt;
+    return it->second;
+  };
+  o.build_key = [](const std::string& src) { return "key:" + src; };
+  o.now = [this] { return now_; };
+  o.wall_ns = [this] { return ++wall_; };
+  o.new_id = [this] { return Id(static_cast<int>(++ids_)); };
+  CandidateBuilds c(o);
+  c.Request(Req(), 1, 0, 0);
+  RunToPushed(c, Id(1));  // the success, always kept
+  for (int i = 2; i <= 9; ++i) {
+    c.Request(Req(), i, 0, 0);
+    c.WorkFinished(Done(Id(i), "resolve", Status::NotFound("no such ref")));
+    BuildRecord r;  // what the journal holds of it
+    r.id = Id(i);
+    r.domain = "dom";
+    r.candidate = "alice";
+    r.status = BuildStatus::kFailed;
+    r.error = "no such ref " + std::to_string(i);
+    journal[r.id] = r;
+  }
+  EXPECT_EQ(c.records(), 9u);
+  share = 3;  // more candidates joined the domain
+  c.Request(Req(), 10, 0, 0);
+  c.WorkFinished(Done(Id(10), "resolve", Status::NotFound("no such ref")));
+  EXPECT_EQ(c.records(), 3u);  // the old success stays, the failures after it go
+  EXPECT_FALSE(c.Lookup(Id(1)).is_error);
+  EXPECT_FALSE(c.Lookup("").is_error);
+  // An evicted build: result, log, lookup and cancel from its record.
+  bool queued = true;
+  auto res = c.Result(Id(3), &queued);
+  ASSERT_TRUE(res);
+  EXPECT_FALSE(queued);
+  EXPECT_EQ(res->structured["status"], "failed");
+  EXPECT_EQ(res->structured["from_journal"], true);
+  ToolResult log = c.Log(Id(3), 0, 4096, 0);
+  EXPECT_FALSE(log.is_error);
+  EXPECT_EQ(log.structured["text"].get<std::string>().rfind("kiln: no such ref 3\n", 0), 0u);
+  EXPECT_TRUE(c.Lookup(Id(3)).is_error);  // failed: not deployable, but known
+  EXPECT_NE(c.Lookup(Id(3)).structured["error"].get<std::string>().find("only a succeeded"),
+            std::string::npos);
+  Effects fx;
+  EXPECT_FALSE(c.CancelBuild(Id(3), &fx).is_error);
+  EXPECT_TRUE(fx.empty());
+  // Another domain's or another candidate's record is not this candidate's to answer.
+  journal[Id(4)].domain = "other";
+  EXPECT_FALSE(c.Result(Id(4), &queued));
+  EXPECT_TRUE(c.Log(Id(4), 0, 4096, 0).is_error);
+  journal[Id(5)].candidate = "bob";
+  EXPECT_FALSE(c.Result(Id(5), &queued));
+  EXPECT_TRUE(c.Log(Id(5), 0, 4096, 0).is_error);
+  EXPECT_FALSE(c.Result(Id(99), &queued));  // unknown everywhere
 }
 
 TEST_F(CandidateBuildsTest, RestoreBringsBackFinalRecordsAndTheLatestSuccess) {

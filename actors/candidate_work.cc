@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "actors/build_history.h"  // issue 19: DomainHistoryBudget
 #include "builder/build_key.h"
 #include "common/file_util.h"
 #include "core/cancel_token.h"
@@ -63,6 +64,12 @@ CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::strin
   o.journaled = env.journal() != nullptr;
   o.track_branches = env.busy != nullptr;
   o.save_keys = env.store != nullptr;  // the store's build-key cache (also in `kiln build`)
+  if (auto h = env.history) {  // issue 19: the domain's bound, and older records from the journal
+    o.history_limit = [h] { return h->PerCandidate(); };
+    o.full_logs = [h] { return h->FullLogs(); };
+  }
+  if (env.journal() != nullptr)
+    o.journal = [store = env.store](const BuildId& id) { return store->Build(id); };
   const DomainEnv* e = &env;
   o.build_key = [e](const std::string& source_id) {
     return ComputeBuildKey(e->domain, source_id, *e->dc, *e->registry, {});
@@ -162,6 +169,7 @@ WorkDone BuildPhase(const DomainEnv& env, const std::string& candidate, const Bu
   d.diagnostics = std::move(br.diagnostics);
   d.elapsed_ms = Ms(Clock::now() - t0);
   for (const auto& [part, ms] : br.timings) d.parts[part] = ms;
+  if (env.storage_gate) env.storage_gate->BuildEnded();  // issue 19: its writes counted soon
   return d;
 }
 

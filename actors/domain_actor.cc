@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "actors/actor_glue.h"
+#include "actors/build_history.h"  // issue 19
 #include "actors/candidate_actor.h"
 #include "actors/candidate_work.h"
 #include "actors/domain_core.h"
@@ -56,7 +57,11 @@ caf::result<ToolResult> Build(Self self, BuildRequest& req, caf::actor& sink) {
 template <class... Ts>
 caf::result<ToolResult> ByBuildId(Self self, const BuildId& id, Ts... xs) {
   auto owner = self->state.core->OwnerOf(id);
-  auto cand = owner ? Candidate(self, *owner, false) : CandidateActor{};
+  auto& env = *self->state.env;  // issue 19: a build the domain forgot, from the journal
+  if (!owner)
+    if (StateStore* journal = env.journal())
+      if (auto b = JournalRecordOf(journal->Build(id), env.domain)) owner = b->candidate;
+  auto cand = owner ? Candidate(self, *owner, true) : CandidateActor{};
   if (!cand) return ToolError("build '" + id + "' not found");
   return self->delegate(cand, xs...);
 }

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "actors/build_failure.h"
+#include "actors/build_history.h"
 #include "actors/tool_views.h"
 #include "common/json_text.h"
 #include "core/cancel_token.h"
@@ -162,11 +163,14 @@ std::optional<std::string> DomainCore::OwnerOf(const BuildId& id) const {
 }
 
 // Remembers which candidate a build belongs to, forgetting the oldest beyond what the
-// candidates keep anyway (history_per_candidate each), so memory stays flat over a long loop.
+// candidates keep anyway (their share of the domain's bound each), so memory stays flat over a
+// long loop; a forgotten build is found through the journal (issue 19).
 void DomainCore::RememberBuild(const BuildId& id, const std::string& candidate) {
   if (!build_candidate_.emplace(id, candidate).second) return;
   build_order_.push_back(id);
-  const size_t cap = 2 * opts_.history_per_candidate * std::max<size_t>(1, candidates_.size());
+  const size_t n = std::max<size_t>(1, candidates_.size());
+  const size_t cap =
+      2 * n * HistoryPerCandidate(opts_.history_per_candidate, opts_.history_per_domain, n);
   while (build_order_.size() > cap) {
     build_candidate_.erase(build_order_.front());
     build_order_.pop_front();

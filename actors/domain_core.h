@@ -99,6 +99,7 @@ class DomainCore {
     std::string deploy_type = "none";
     std::string remote;  // the domain's git remote (next steps of not_pushed)
     size_t history_per_candidate = 50;
+    size_t history_per_domain = 400;  // issue 19 (actors/build_history.h)
     size_t max_candidates = 256;
     size_t finished_deploys = 32;  // finished deploys kept for joins and status
     bool has_deployer = false;     // false: deploy_candidate and apply are refused

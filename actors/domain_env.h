@@ -18,8 +18,9 @@
 namespace kiln {
 
 class BuildMetrics;
-class StorageGate;        // issue 19 (storage/collector.h)
-class StorageLeaseTable;  // issue 19 (storage/lease_table.h)
+class DomainHistoryBudget;  // issue 19 (actors/build_history.h)
+class StorageGate;          // issue 19 (storage/collector.h)
+class StorageLeaseTable;    // issue 19 (storage/lease_table.h)
 class StateWriter;
 
 struct DomainEnv {
@@ -43,6 +44,9 @@ struct DomainEnv {
   size_t log_max_bytes = 4 << 20;
   size_t max_candidates = 256;
   size_t history_per_candidate = 50;
+  // Issue 19: the domain's bound on in-memory build records, shared by its candidates (may be
+  // null: history_per_candidate each).
+  std::shared_ptr<DomainHistoryBudget> history;
   // --- issue 19: storage budget ---
   std::shared_ptr<StorageLeaseTable> storage_leases;  // may be null: nothing is collected
   std::shared_ptr<StorageGate> storage_gate;          // may be null: no budget refusals

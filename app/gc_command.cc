@@ -126,6 +126,14 @@ int GcCommand(const std::map<std::string, std::string>& flags, bool dry_run, std
                    {"bytes", d.item.bytes},
                    {"reason", d.reason}});
   j["delete"] = del;
+  json trim = json::array();  // issue 19: oldest files of a busy domain's build cache
+  for (const auto& t : r.plan.trims)
+    trim.push_back({{"kind", StorageKindName(t.item.kind)},
+                    {"domain", t.item.domain},
+                    {"path", t.item.id},
+                    {"bytes", t.bytes},
+                    {"reason", t.reason}});
+  j["trim"] = trim;
   json kinds = json::object();
   for (const auto& [k, v] : r.bytes_by_kind) kinds[k] = v;
   j["bytes_by_kind"] = kinds;

@@ -199,6 +199,9 @@ struct StorageConfig {
   int64_t candidate_idle_s = 6 * 3600;
   /// Workspaces of candidates idle this long are removed even under budget: 0 (never)..31536000.
   int64_t workspace_idle_s = 24 * 3600;
+  /// Collection starts at the budget less this share and collects down to it, so that what
+  /// builds write until the next collection stays under the budget: 0..90 (%).
+  int headroom_pct = 20;
 };
 /// "domains.<d>.storage": the domain's own budget.
 struct DomainStorageConfig {

@@ -551,11 +551,13 @@ void ConfigReader::ReadGigabytes(const json& obj, const char* key, const std::st
 
 void ConfigReader::ReadStorage(const json& obj, StorageConfig* out) {
   const std::string path = "storage";
-  CheckKeys(obj, path, {"max_gb", "gc_interval_s", "candidate_idle_s", "workspace_idle_s"});
+  CheckKeys(obj, path,
+            {"max_gb", "gc_interval_s", "candidate_idle_s", "workspace_idle_s", "headroom_pct"});
   ReadGigabytes(obj, "max_gb", path, &out->max_gb);
   ReadInt(obj, "gc_interval_s", path, 10, 86400, &out->gc_interval_s);
   ReadInt(obj, "candidate_idle_s", path, 0, 31536000, &out->candidate_idle_s);
   ReadInt(obj, "workspace_idle_s", path, 0, 31536000, &out->workspace_idle_s);
+  ReadInt(obj, "headroom_pct", path, 0, 90, &out->headroom_pct);
 }
 
 void ConfigReader::ReadDomainStorage(const json& obj, const std::string& path,

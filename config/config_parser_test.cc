@@ -1284,11 +1284,15 @@ TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
   EXPECT_EQ(c.storage.gc_interval_s, 300);
   EXPECT_EQ(c.storage.candidate_idle_s, 6 * 3600);
   EXPECT_EQ(c.storage.workspace_idle_s, 24 * 3600);
+  EXPECT_EQ(c.storage.headroom_pct, 20);
   EXPECT_EQ(c.domains.at("epp").storage.max_gb, 0);
 
   json j = Valid();
-  j["storage"] = {
-      {"max_gb", 20}, {"gc_interval_s", 60}, {"candidate_idle_s", 600}, {"workspace_idle_s", 0}};
+  j["storage"] = {{"max_gb", 20},
+                  {"gc_interval_s", 60},
+                  {"candidate_idle_s", 600},
+                  {"workspace_idle_s", 0},
+                  {"headroom_pct", 0}};
   j["domains"]["epp"]["storage"] = {{"max_gb", 0.5}};
   Config d;
   problems = Parse(j, &d);
@@ -1297,6 +1301,7 @@ TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
   EXPECT_EQ(d.storage.gc_interval_s, 60);
   EXPECT_EQ(d.storage.candidate_idle_s, 600);
   EXPECT_EQ(d.storage.workspace_idle_s, 0);
+  EXPECT_EQ(d.storage.headroom_pct, 0);
   EXPECT_DOUBLE_EQ(d.domains.at("epp").storage.max_gb, 0.5);
   EXPECT_EQ(d.domains.at("ranker").storage.max_gb, 0);
 
@@ -1308,6 +1313,8 @@ TEST_F(ConfigParserTest, StorageBudgetHasDefaultsAndIsValidated) {
                                                  {"gc_interval_s", 1.5},
                                                  {"candidate_idle_s", -1},
                                                  {"workspace_idle_s", 40000000},
+                                                 {"headroom_pct", 91},
+                                                 {"headroom_pct", -1},
                                                  {"nope", 1}}) {
     json bad = Valid();
     bad["storage"] = {{key, value}};

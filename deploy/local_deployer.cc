@@ -474,6 +474,15 @@ Status LocalDeployer::FetchImage(const std::string& repo, const std::string& dig
       return Status::InvalidArgument("a manifest layer has no digest");
     out->layers.push_back(l["digest"].get<std::string>());
   }
+  // Issue 19: which cached blobs this image uses (<work_dir>/images/<hex>.json), so that the
+  // storage collector keeps the blobs of the deployed and latest images (storage/inventory.h).
+  if (IsSha256Digest(digest)) {
+    std::error_code ec;
+    fs::create_directories(fs::path(work_dir_) / "images", ec);
+    WriteFileAtomic((fs::path(work_dir_) / "images" / (digest.substr(7) + ".json")).string(),
+                    json{{"image", digest}, {"layers", out->layers}}.dump(), 0644,
+                    Durability::kAtomicOnly);
+  }
   size_t i = 0;
   for (const auto& d : out->layers) {
     if (Interrupted(cancel)) return Status::Cancelled("deploy cancelled");

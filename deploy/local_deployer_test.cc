@@ -332,6 +332,17 @@ TEST_F(LocalDeployerTest, RollsOutReplacesAndIsIdempotent) {
   // Layers came from the cache dir the second time: it holds the base and both www layers.
   EXPECT_GE(
       std::distance(fs::directory_iterator(work_ + "/blobs/sha256"), fs::directory_iterator()), 3);
+  // Issue 19: the image's record names its layers, each one cached (the collector keeps the
+  // blobs of the deployed image by it).
+  const std::string digest_b = Registry::images.b.substr(Registry::images.b.rfind('@') + 1);
+  std::ifstream rec(work_ + "/images/" + digest_b.substr(7) + ".json");
+  json j = json::parse(rec, nullptr, false);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j.value("image", ""), digest_b);
+  ASSERT_TRUE(j["layers"].is_array());
+  EXPECT_EQ(j["layers"].size(), 2u);
+  for (const auto& l : j["layers"])
+    EXPECT_TRUE(fs::exists(work_ + "/blobs/sha256/" + l.get<std::string>().substr(7))) << l;
 }
 
 TEST_F(LocalDeployerTest, CrashingCandidateFailsWithItsOutputAndOldKeepsServing) {

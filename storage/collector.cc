@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -54,6 +57,7 @@ GcBudgets BudgetsFromConfig(const Config& config) {
     if (d.storage.max_gb > 0) b.domain_max_bytes[name] = GbToBytes(d.storage.max_gb);
   b.candidate_idle_ms = config.storage.candidate_idle_s * 1000;
   b.workspace_idle_ms = config.storage.workspace_idle_s * 1000;
+  b.headroom_pct = config.storage.headroom_pct;
   return b;
 }
 
@@ -111,6 +115,42 @@ bool StorageCollector::Delete(const StorageItem& item, std::string* why) {
   return st.ok();
 }
 
+int64_t StorageCollector::Trim(const StorageItem& item, int64_t bytes, int64_t now_ms) {
+  namespace fs = std::filesystem;
+  const std::string root = state_dir_ + "/" + item.id;
+  struct stat top;
+  if (::lstat(root.c_str(), &top) != 0 || !S_ISDIR(top.st_mode)) return 0;
+  struct Entry {
+    int64_t mtime_ms, bytes;
+    std::string path;
+  };
+  std::vector<Entry> files;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0) continue;
+    if (st.st_dev != top.st_dev) {
+      if (S_ISDIR(st.st_mode)) it.disable_recursion_pending();
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    const int64_t mtime =
+        static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+    if (now_ms - mtime < 60 * 1000) continue;  // a running build's own writes
+    files.push_back({mtime, static_cast<int64_t>(st.st_blocks) * 512, it->path().string()});
+  }
+  std::sort(files.begin(), files.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.mtime_ms, a.path) < std::tie(b.mtime_ms, b.path);
+  });
+  int64_t freed = 0;
+  for (const auto& f : files) {
+    if (freed >= bytes) break;
+    if (::unlink(f.path.c_str()) == 0) freed += f.bytes;
+  }
+  return freed;
+}
+
 GcRunReport StorageCollector::RunOnce(GcLeases leases, bool dry_run, int64_t now_ms) {
   GcRunReport report;
   std::set<std::string> always;
@@ -136,6 +176,21 @@ GcRunReport StorageCollector::RunOnce(GcLeases leases, bool dry_run, int64_t now
         report.skipped.push_back(del.item.id + ": " + why);
         spdlog::info("storage: kept {} ({}): {}", del.item.id, StorageKindName(del.item.kind), why);
       }
+    }
+    for (const auto& trim : report.plan.trims) {
+      const int64_t freed = Trim(trim.item, trim.bytes, now_ms);
+      // Fewer bytes than planned (recent files stay): the domain may stay over its budget.
+      const std::string& d = trim.item.domain;
+      report.plan.domain_bytes_after[d] += std::max<int64_t>(0, trim.bytes - freed);
+      report.plan.total_bytes_after += std::max<int64_t>(0, trim.bytes - freed);
+      if (budgets.domain_max_bytes.count(d) &&
+          report.plan.domain_bytes_after[d] > budgets.domain_max_bytes[d])
+        report.plan.domains_over_budget.insert(d);
+      report.freed_bytes += freed;
+      SetMetric("kiln_storage_collected_bytes_total", trim.item.domain,
+                StorageKindName(trim.item.kind), static_cast<double>(freed), true);
+      spdlog::info("storage: trimmed {} of {} ({}) domain={}: {}", Mib(freed), trim.item.id,
+                   StorageKindName(trim.item.kind), trim.item.domain, trim.reason);
     }
     SetMetric("kiln_storage_collections_total", "", "", 1, true);
     if (report.deleted > 0 || !report.plan.domains_over_budget.empty())

@@ -43,8 +43,14 @@ class StorageGate {
   std::string Refusal(const std::string& domain) const;
   /// True once after a refusal (the collector thread then collects again soon).
   bool TakeCollectionWanted() { return wanted_.exchange(false); }
+  /// Issue 19, a strict budget: a build wrote its outputs; the collector runs within a couple
+  /// of seconds instead of at its next interval, so the growth between two collections stays
+  /// within the headroom (storage.headroom_pct).
+  void BuildEnded() { ended_ = true; }
+  bool TakeBuildEnded() { return ended_.exchange(false); }
 
  private:
+  std::atomic<bool> ended_{false};
   mutable std::atomic<bool> wanted_{false};
   mutable std::mutex mu_;
   std::map<std::string, std::string> refusals_;
@@ -78,6 +84,9 @@ class StorageCollector {
 
  private:
   bool Delete(const StorageItem& item, std::string* why);
+  /// Issue 19: frees about `bytes` of the cache at `item` (its oldest regular files first;
+  /// files modified in the last minute, symlinks and other file systems never). Freed bytes.
+  int64_t Trim(const StorageItem& item, int64_t bytes, int64_t now_ms);
   void UpdateMetrics(const std::vector<StorageItem>& items, const GcRunReport& report);
 
   std::shared_ptr<const Config> config_;

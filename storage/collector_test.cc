@@ -255,6 +255,57 @@ TEST_F(CollectorTest, ProtectedKeyEntryAndRootfsStayUnderAnyBudget) {
   EXPECT_EQ(r.plan.domains_over_budget, (std::set<std::string>{"a"}));
 }
 
+// Issue 19: a local-target blob of the deployed (or a latest) image stays under any budget; the
+// blobs and records of images no longer deployed go, shared layers as long as one user is kept.
+TEST_F(CollectorTest, DeployBlobsOfTheDeployedImageStayOthersGo) {
+  const std::string dep(64, 'd'), old(64, 'e');
+  const std::string base(64, '1'), dep_top(64, '2'), old_top(64, '3');
+  for (const auto& b : {base, dep_top, old_top})
+    File("domains/a/deploy/blobs/sha256/" + b, 1 * kMiB, 99999);
+  File("domains/a/deploy/images/" + dep + ".json", 0, 99999);
+  File("domains/a/deploy/images/" + old + ".json", 0, 99999);
+  std::ofstream(fs::path(dir_) / "domains/a/deploy/images" / (dep + ".json"))
+      << R"({"image":"sha256:)" << dep << R"(","layers":["sha256:)" << base << R"(","sha256:)"
+      << dep_top << R"("]})";
+  std::ofstream(fs::path(dir_) / "domains/a/deploy/images" / (old + ".json"))
+      << R"({"image":"sha256:)" << old << R"(","layers":["sha256:)" << base << R"(","sha256:)"
+      << old_top << R"("]})";
+  Mutable()->domains["a"].storage.max_gb = 1.0 / (1024 * 1024);  // 1 KiB: take all it may
+  GcLeases leases;
+  leases.protected_images = {"sha256:" + dep};
+  StorageCollector collector(config_, dir_, nullptr, nullptr);
+  GcRunReport r = collector.RunOnce(leases, false, NowMs());
+  EXPECT_TRUE(Exists("domains/a/deploy/blobs/sha256/" + base)) << "shared with the deployed image";
+  EXPECT_TRUE(Exists("domains/a/deploy/blobs/sha256/" + dep_top));
+  EXPECT_TRUE(Exists("domains/a/deploy/images/" + dep + ".json"));
+  EXPECT_FALSE(Exists("domains/a/deploy/blobs/sha256/" + old_top));
+  EXPECT_FALSE(Exists("domains/a/deploy/images/" + old + ".json"));
+  EXPECT_EQ(r.plan.domains_over_budget, (std::set<std::string>{"a"}));
+  // Once nothing protects it, the deployed image's blobs go too.
+  r = collector.RunOnce({}, false, NowMs());
+  EXPECT_FALSE(Exists("domains/a/deploy/blobs/sha256/" + base));
+  EXPECT_FALSE(Exists("domains/a/deploy/blobs/sha256/" + dep_top));
+}
+
+// Issue 19: a busy domain's build cache loses its oldest files only, never the files a running
+// build wrote in the last minute, and is not removed whole.
+TEST_F(CollectorTest, BusyDomainsBuildCacheLosesItsOldestFiles) {
+  File("domains/a/cache/layered/go-build/00/old-a", 2 * kMiB, 7200);
+  File("domains/a/cache/layered/go-build/01/old-b", 2 * kMiB, 3600);
+  File("domains/a/cache/layered/go-build/02/fresh", 2 * kMiB);
+  Mutable()->domains["a"].storage.max_gb = 3.0 / 1024;  // 3 MiB, mark 2.4 MiB
+  auto leases = std::make_shared<StorageLeaseTable>();
+  leases->Hold("a", "c1", "b-1");  // a build of the domain runs
+  StorageCollector collector(config_, dir_, leases, nullptr);
+  GcRunReport r = collector.RunOnce({}, false, NowMs());
+  ASSERT_EQ(r.plan.trims.size(), 1u);
+  EXPECT_FALSE(Exists("domains/a/cache/layered/go-build/00/old-a"));
+  EXPECT_FALSE(Exists("domains/a/cache/layered/go-build/01/old-b"));
+  EXPECT_TRUE(Exists("domains/a/cache/layered/go-build/02/fresh"));
+  EXPECT_TRUE(Exists("domains/a/cache/layered/go-build/00"));
+  EXPECT_GE(r.freed_bytes, 4 * kMiB);
+}
+
 TEST_F(CollectorTest, BudgetsFromConfigConvertsGiB) {
   Mutable()->storage.max_gb = 2;
   Mutable()->domains["a"].storage.max_gb = 0.5;

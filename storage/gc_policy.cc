@@ -64,6 +64,11 @@ std::string FormatGiB(int64_t bytes) {
 
 }  // namespace
 
+int64_t CollectionMark(int64_t max, int headroom_pct) {
+  const int pct = std::clamp(headroom_pct, 0, 90);
+  return max - max / 100 * pct - (max % 100) * pct / 100;
+}
+
 std::optional<std::string> GcLeaseReason(const StorageItem& item, const GcLeases& leases) {
   switch (item.kind) {
     case StorageKind::kGitRepo:
@@ -151,18 +156,23 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
     return it == budgets.domain_max_bytes.end() ? 0 : it->second;
   };
 
-  // 2. Each domain over its own budget collects its own items only.
+  auto mark = [&](int64_t max) { return CollectionMark(max, budgets.headroom_pct); };
+  const std::string over = budgets.headroom_pct > 0 ? " over its storage budget's collection mark"
+                                                    : " over its storage budget";
+
+  // 2. Each domain over its own budget (its mark) collects its own items only.
   for (const auto& [domain, max] : budgets.domain_max_bytes) {
-    if (max <= 0 || domain.empty() || usage[domain] <= max) continue;
+    if (max <= 0 || domain.empty() || usage[domain] <= mark(max)) continue;
     for (size_t i : ordered([&](const StorageItem& it) { return it.domain == domain; })) {
-      if (usage[domain] <= max) break;
-      remove(i, "domain " + domain + " over its storage budget");
+      if (usage[domain] <= mark(max)) break;
+      remove(i, "domain " + domain + over);
     }
   }
 
-  // 3. Over the global budget: domains above their share give first (down to their share),
-  // then everything collectable, least recently used first.
-  if (budgets.global_max_bytes > 0 && total > budgets.global_max_bytes) {
+  // 3. Over the global budget (its mark): domains above their share give first (down to their
+  // share's mark), then everything collectable, least recently used first.
+  const int64_t global_mark = mark(budgets.global_max_bytes);
+  if (budgets.global_max_bytes > 0 && total > global_mark) {
     std::set<std::string> domains;
     for (const auto& item : items) {
       if (!item.domain.empty()) domains.insert(item.domain);
@@ -175,15 +185,15 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
       return own > 0 ? std::min(own, even_share) : even_share;
     };
     for (size_t i : ordered([&](const StorageItem& it) {
-           return !it.domain.empty() && usage[it.domain] > share_of(it.domain);
+           return !it.domain.empty() && usage[it.domain] > mark(share_of(it.domain));
          })) {
-      if (total <= budgets.global_max_bytes) break;
-      if (usage[items[i].domain] <= share_of(items[i].domain)) continue;
+      if (total <= global_mark) break;
+      if (usage[items[i].domain] <= mark(share_of(items[i].domain))) continue;
       remove(i, "total storage over the global budget (domain " + items[i].domain +
                     " above its share)");
     }
     for (size_t i : ordered([](const StorageItem& it) { return it.domain.empty(); })) {
-      if (total <= budgets.global_max_bytes) break;
+      if (total <= global_mark) break;
       remove(i, "total storage over the global budget (shared)");
     }
     if (total > budgets.global_max_bytes) {
@@ -192,6 +202,54 @@ GcPlan PlanCollection(const std::vector<StorageItem>& items, const GcLeases& lea
           plan.domains_over_share[domain] = share_of(domain);
         }
       }
+    }
+  }
+
+  // 4. A domain still over its own mark (or, over the global mark, its share's mark) trims
+  // the build caches its running builds lease, largest first (only the busy-domain lease; an
+  // explicit lease or a protected image keeps a cache whole).
+  auto trimmable = [&](size_t i) {
+    const StorageItem& it = items[i];
+    if (it.kind != StorageKind::kBuildCache || !it.trimmable || deleted[i] || eligible[i] ||
+        it.bytes <= 0)
+      return false;
+    if (!DomainHasBusyCandidate(it.domain, leases)) return false;
+    GcLeases others = leases;
+    others.busy_candidates.clear();
+    return !GcLeaseReason(it, others);
+  };
+  std::set<std::string> busy_domains;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (trimmable(i)) busy_domains.insert(items[i].domain);
+  for (const auto& domain : busy_domains) {
+    int64_t target = -1;
+    if (int64_t max = budget_of(domain); max > 0 && usage[domain] > mark(max)) target = mark(max);
+    if (budgets.global_max_bytes > 0 && total > global_mark) {
+      std::set<std::string> named;
+      for (const auto& item : items)
+        if (!item.domain.empty()) named.insert(item.domain);
+      const auto n = static_cast<int64_t>(named.size());
+      int64_t share = n > 0 ? budgets.global_max_bytes / n : budgets.global_max_bytes;
+      if (int64_t own = budget_of(domain); own > 0) share = std::min(share, own);
+      if (usage[domain] > mark(share))
+        target = target < 0 ? mark(share) : std::min(target, mark(share));
+    }
+    if (target < 0) continue;
+    std::vector<size_t> caches;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i].domain == domain && trimmable(i)) caches.push_back(i);
+    std::sort(caches.begin(), caches.end(), [&](size_t a, size_t b) {
+      return std::tie(items[b].bytes, items[a].id) < std::tie(items[a].bytes, items[b].id);
+    });
+    for (size_t i : caches) {
+      const int64_t want = std::min(items[i].bytes, usage[domain] - target);
+      if (want <= 0) break;
+      usage[domain] -= want;
+      total -= want;
+      plan.trims.push_back({items[i], want,
+                            "domain " + domain +
+                                " over its storage budget's collection mark "
+                                "while its builds run: the cache's oldest files"});
     }
   }
 

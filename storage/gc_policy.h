@@ -14,15 +14,21 @@
 //    deploy in progress (deploy blobs and rootfs), or that holds/refers to a protected image
 //    (the deployed image of a domain, the latest successful image of a candidate);
 //  - never a non-collectable item (git repository, journal);
+//  - a domain's (trimmable) build cache while a build of the domain runs is not deleted but, when
+//  the
+//    domain stays over its mark after everything else collectable went, trimmed (GcTrim: its
+//    oldest files) by what it is over — a busy domain's compiler cache otherwise grows until
+//    the domain's builds are refused;
 //  - age rules apply without budget pressure: workspaces of candidates idle longer than
 //    `workspace_idle_ms`, build-key entries whose image is gone (`dangling`), rootfs of images
 //    not deployed;
-//  - a domain over its own budget collects only its own items: idle candidates first, then
-//    least recently used first;
-//  - over the global budget, the domains using more than their share (the global budget split
-//    evenly, or their own budget when smaller) give down to their share, then shared items
+//  - a domain over its own collection mark (its budget less `headroom_pct`) collects only its own
+//    items, down to the mark: idle candidates first, then least recently used first;
+//  - over the global mark, the domains using more than their share's mark (the global budget
+//    split evenly, or their own budget when smaller) give down to it, then shared items
 //    (domain "") go, LRU; a domain within its share is never touched. Domains still above their
-//    share are listed in `domains_over_share` (their next build fails).
+//    share (the share itself, not its mark) are listed in `domains_over_share` (their next
+//    build fails), as are domains over their own budget in `domains_over_budget`.
 //
 // Plain data and functions, no CAF, no I/O: thread-safe (no shared state).
 #pragma once
@@ -64,6 +70,9 @@ struct StorageItem {
   bool dangling = false;
   /// Issue 19: a temporary file whose writer (a kiln process) is gone, e.g. after kill -9.
   bool leftover = false;
+  /// Issue 19: a compiler cache whose old files may go while a build uses it (the domain's
+  /// layered caches; not buildah's directory, which holds running builds' temporary files).
+  bool trimmable = false;
 };
 
 struct GcLeases {
@@ -87,15 +96,32 @@ struct GcBudgets {
   int64_t candidate_idle_ms = int64_t{6} * 3600 * 1000;
   /// Workspaces of candidates idle this long are collected even under budget; 0: never by age.
   int64_t workspace_idle_ms = int64_t{24} * 3600 * 1000;
+  /// Issue 19, a strict budget: collection starts once usage passes the budget less this share
+  /// (the low-water mark) and collects down to it, so that what builds write between two
+  /// collections fits in the headroom. 0..90. Refusals stay at the budget itself.
+  int headroom_pct = 0;
 };
+
+/// The low-water mark of `max` bytes under `headroom_pct` (what collection collects down to).
+int64_t CollectionMark(int64_t max, int headroom_pct);
 
 struct GcDeletion {
   StorageItem item;
   std::string reason;  // "idle workspace", "dangling key", "domain d over budget", ...
 };
 
+/// Issue 19: a build cache that a running build of its domain may be using is never deleted
+/// whole; when the domain stays over its mark with nothing else left, its oldest files go
+/// (files written in the last minute never: a running build's own writes).
+struct GcTrim {
+  StorageItem item;
+  int64_t bytes = 0;  // to free, oldest files first
+  std::string reason;
+};
+
 struct GcPlan {
   std::vector<GcDeletion> deletions;                   // in deletion order
+  std::vector<GcTrim> trims;                           // after the deletions
   std::map<std::string, int64_t> domain_bytes_before;  // per domain ("" shared)
   std::map<std::string, int64_t> domain_bytes_after;
   int64_t total_bytes_before = 0;

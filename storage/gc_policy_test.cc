@@ -156,6 +156,90 @@ TEST(GcPolicy, GlobalOverWithNothingFreeableNamesTheDomainsAboveShare) {
   EXPECT_EQ(plan.domains_over_share.begin()->second, 50 * kMiB);
 }
 
+// Issue 19, a strict budget: with headroom, collection starts below the budget (at its mark)
+// and collects down to the mark, so the next interval's writes fit under the budget itself.
+TEST(GcPolicy, HeadroomCollectsDownToTheMarkBeforeTheBudgetIsReached) {
+  EXPECT_EQ(CollectionMark(100 * kMiB, 20), 80 * kMiB);
+  EXPECT_EQ(CollectionMark(100 * kMiB, 0), 100 * kMiB);
+  EXPECT_EQ(CollectionMark(100 * kMiB, 500), 10 * kMiB);  // clamped to 90 %
+  EXPECT_EQ(CollectionMark(999, 10), 900);                // no overflow, rounds the mark up
+  std::vector<StorageItem> items = {
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 30 * kMiB, 3 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/2", 30 * kMiB, 2 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/3", 30 * kMiB, 1 * kHour)};
+  GcBudgets budgets = DomainBudget("a", 100 * kMiB);
+  // 90 MiB is under the budget: nothing without headroom.
+  EXPECT_TRUE(PlanCollection(items, {}, budgets, kNow).deletions.empty());
+  budgets.headroom_pct = 20;  // mark 80 MiB: the oldest output goes, down to 60
+  GcPlan plan = PlanCollection(items, {}, budgets, kNow);
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1"}));
+  EXPECT_EQ(plan.domain_bytes_after["a"], 60 * kMiB);
+  EXPECT_TRUE(plan.domains_over_budget.empty());
+  // Between the mark and the budget with nothing collectable: no refusal (under the budget).
+  GcLeases leases;
+  leases.leased_ids = {"a/out/1", "a/out/2", "a/out/3"};
+  plan = PlanCollection(items, leases, budgets, kNow);
+  EXPECT_TRUE(plan.deletions.empty());
+  EXPECT_TRUE(plan.domains_over_budget.empty());
+  // The global budget has its mark too; a domain within its share's mark is not touched.
+  std::vector<StorageItem> two = {
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 50 * kMiB, 3 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/2", 20 * kMiB, 1 * kHour),
+      Item(StorageKind::kLayeredOutput, "b", "", "b/out/1", 30 * kMiB, 9 * kHour)};
+  GcBudgets global;
+  global.global_max_bytes = 120 * kMiB;  // mark 96; shares 60, marks 48
+  global.headroom_pct = 20;
+  global.workspace_idle_ms = 0;
+  plan = PlanCollection(two, {}, global, kNow);
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1"}));
+  EXPECT_FALSE(plan.global_over_budget);
+}
+
+// Issue 19: a busy domain's compiler cache grows with every build and a build of the domain is
+// always running: once nothing else collectable is left, its oldest files are trimmed by what
+// the domain is over its mark (never deleted whole, never another domain's, never when under).
+TEST(GcPolicy, BusyDomainsBuildCacheIsTrimmedWhenNothingElseIsLeft) {
+  GcLeases leases;
+  leases.busy_candidates = {"a/c1"};
+  std::vector<StorageItem> items = {
+      Item(StorageKind::kBuildCache, "a", "", "a/cache/layered/go-build", 80 * kMiB, 1 * kHour),
+      // buildah's directory (temporary files of running builds) is never trimmed.
+      Item(StorageKind::kBuildCache, "a", "", "a/cache/rootless", 95 * kMiB, 1 * kHour),
+      Item(StorageKind::kLayeredOutput, "a", "", "a/out/1", 10 * kMiB, 2 * kHour),
+      Item(StorageKind::kCandidateStorage, "a", "c1", "a/c1/storage", 10 * kMiB, 1 * kHour),
+      Item(StorageKind::kBuildCache, "b", "", "b/cache/layered/go-build", 90 * kMiB, 9 * kHour)};
+  GcBudgets budgets = DomainBudget("a", 100 * kMiB);
+  budgets.domain_max_bytes["b"] = 100 * kMiB;
+  budgets.headroom_pct = 20;  // a: 105 MiB, mark 80; b: 90 MiB, idle, over its mark 80
+  items[0].trimmable = true;
+  items[4].trimmable = true;
+  GcPlan plan = PlanCollection(items, leases, budgets, kNow);
+  // The output goes first (185 left), then the compiler cache's oldest files: all it has (80)
+  // since buildah's directory cannot give; the domain stays over its budget (refused).
+  ASSERT_EQ(plan.trims.size(), 1u);
+  EXPECT_EQ(plan.trims[0].item.id, "a/cache/layered/go-build");
+  EXPECT_EQ(plan.trims[0].bytes, 80 * kMiB);
+  EXPECT_EQ(plan.domain_bytes_after["a"], 105 * kMiB);
+  EXPECT_EQ(plan.domains_over_budget, (std::set<std::string>{"a"}));
+  // With 5 MiB in buildah's directory: 15 MiB of the compiler cache bring it to the mark.
+  std::vector<StorageItem> small = items;
+  small[1].bytes = 5 * kMiB;
+  plan = PlanCollection(small, leases, budgets, kNow);
+  ASSERT_EQ(plan.trims.size(), 1u);
+  EXPECT_EQ(plan.trims[0].bytes, 15 * kMiB);
+  EXPECT_EQ(plan.domain_bytes_after["a"], 80 * kMiB);
+  EXPECT_TRUE(plan.domains_over_budget.empty());
+  // b has no running build: its cache is deleted whole (an ordinary deletion), not trimmed.
+  EXPECT_EQ(Ids(plan), (std::vector<std::string>{"a/out/1", "b/cache/layered/go-build"}));
+  // Under the mark: nothing trimmed.
+  budgets.domain_max_bytes["a"] = 300 * kMiB;
+  EXPECT_TRUE(PlanCollection(items, leases, budgets, kNow).trims.empty());
+  // A cache leased explicitly (or holding a protected image) is not trimmed either.
+  budgets.domain_max_bytes["a"] = 100 * kMiB;
+  leases.leased_ids = {"a/cache/layered/go-build", "a/cache/rootless"};
+  EXPECT_TRUE(PlanCollection(items, leases, budgets, kNow).trims.empty());
+}
+
 TEST(GcPolicy, RunningBuildLeasesStorageWorkspaceAndDomainCaches) {
   GcLeases leases;
   leases.busy_candidates = {"a/c1"};

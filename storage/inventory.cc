@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -137,10 +138,34 @@ std::vector<StorageItem> ScanInventory(const std::string& state_dir, const Confi
     for (const auto& e : Entries(droot / "cache" / "outputs"))
       cache_entry(StorageKind::kLayeredOutput, base + "/cache/outputs/" + e, e);
     Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/rootless");
-    for (const auto& e : Entries(droot / "cache" / "layered"))
+    for (const auto& e : Entries(droot / "cache" / "layered")) {
       Add(&items, state_dir, StorageKind::kBuildCache, d, "", base + "/cache/layered/" + e);
-    for (const auto& e : Entries(droot / "deploy" / "blobs" / "sha256"))
+      if (!items.empty() && items.back().id == base + "/cache/layered/" + e)
+        items.back().trimmable = true;  // a compiler cache: its old files may go
+    }
+    // Issue 19: the local target records the layers of each image it fetched
+    // (deploy/images/<hex>.json); a blob carries the images that use it, so the blobs of the
+    // deployed and latest images are protected, and a record goes with its image.
+    std::map<std::string, std::vector<std::string>> users;  // blob hex -> image digests
+    for (const auto& e : Entries(droot / "deploy" / "images")) {
+      const std::string hex = e.size() == 69 ? e.substr(0, 64) : "";
+      if (hex.empty() || e.compare(64, 5, ".json") != 0) continue;
+      const std::string image = "sha256:" + hex;
+      auto j = nlohmann::json::parse(ReadSmall(droot / "deploy" / "images" / e), nullptr, false);
+      if (j.is_object() && j.contains("layers") && j["layers"].is_array())
+        for (const auto& l : j["layers"])
+          if (l.is_string() && l.get<std::string>().rfind("sha256:", 0) == 0)
+            users[l.get<std::string>().substr(7)].push_back(image);
+      Add(&items, state_dir, StorageKind::kDeployBlob, d, "", base + "/deploy/images/" + e,
+          {image});
+    }
+    for (const auto& e : Entries(droot / "deploy" / "blobs" / "sha256")) {
       cache_entry(StorageKind::kDeployBlob, base + "/deploy/blobs/sha256/" + e, e);
+      auto u = users.find(e);
+      if (u != users.end() && !items.empty() &&
+          items.back().id == base + "/deploy/blobs/sha256/" + e)
+        items.back().images = u->second;
+    }
     for (const auto& e : Entries(droot / "deploy" / "rootfs")) {
       std::string rel = base + "/deploy/rootfs/" + e;
       Add(&items, state_dir, StorageKind::kDeployRootfs, d, "", rel);

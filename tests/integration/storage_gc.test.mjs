@@ -5,7 +5,8 @@
 //   1. a candidate's storage is collected and the candidate builds again (base image fetched
 //      again into a fresh storage);
 //   2. the deployed build keeps serving on the local target while its candidate's storage goes,
-//      and its image stays in the registry;
+//      its image stays in the registry and the local target's blobs of it stay (protected like
+//      the image; the candidate storages go first);
 //   3. a running build's storage is never collected (its lease), even while the domain is over
 //      its budget; it is collected once the build ended.
 // The budget is measured, not guessed: a first kiln without a budget builds and deploys, then
@@ -222,5 +223,11 @@ test("candidate storages are collected under the budget; deployed and running bu
   for (const l of freedC2) assert.ok(during.indexOf(l) > endAt, `collected while the build ran: ${l}`);
   await until("c2's storage collected once its build ended", () => !exists(storageOf("c2")), 60_000);
   assert.equal(await healthz(), 200);
+  // The local target's blobs of the deployed image were kept through every collection (the
+  // policy protects the deployed image's layers; candidate storages went instead).
+  const rec = JSON.parse(fs.readFileSync(path.join(state, "domains/gc/deploy/images", `${c1.image.digest.slice(7)}.json`), "utf8"));
+  assert.ok(rec.layers.length >= 1);
+  for (const l of rec.layers)
+    assert.ok(exists(path.join(state, "domains/gc/deploy/blobs/sha256", l.slice(7))), `blob ${l} of the deployed image kept`);
   await stopKiln();
 });
