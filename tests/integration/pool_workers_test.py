@@ -230,12 +230,24 @@ def main():
 
     # Same candidates, new commits: each goes back to its worker (warm).
     again = {}
+    overhead = []
     for c in cands:
         commit_and_push(src, c, agent_token, note="v2")
         res, _ = mcp.call("build_candidate", {"candidate": c})
         ok(res.get("status") == "succeeded", f"{c}: second build succeeds")
         again[c] = worker_of(res.get("build_id", "?"))
+        parts = res.get("timings", {}).get("parts", {})
+        if "to_builder_ms" in parts:
+            overhead.append((parts["dispatch_ms"], parts["to_builder_ms"]))
     ok(again == first, f"each candidate's next build went back to its worker: {again}")
+    ok(len(overhead) == len(cands), "every pool build reports its dispatch timings")
+    if overhead:
+        ds = sorted(o[0] for o in overhead)
+        ts = sorted(o[1] for o in overhead)
+        print(f"# dispatch over loopback TLS (warm, n={len(ds)}): decision -> worker has the "
+              f"request: median {ds[len(ds) // 2]} ms, max {ds[-1]} ms; decision -> builder "
+              f"starts (fetch + checkout included): median {ts[len(ts) // 2]} ms, max {ts[-1]} ms",
+              flush=True)
 
     # Wrong use of the worker credential: no push, no MCP.
     r = git(["push", "-q", f"http://127.0.0.1:{PORT}/git/d.git", "HEAD:refs/heads/evil"], src,
