@@ -143,6 +143,23 @@ def commit_and_push(src, cand, token, sleep_s=0, note=""):
     assert r.returncode == 0, r.stderr
 
 
+def find_build(j, bid):
+    """The object describing build `bid` (with a status) anywhere in a tool result."""
+    if isinstance(j, dict):
+        if j.get("build_id") == bid and "status" in j:
+            return j
+        for v in j.values():
+            f = find_build(v, bid)
+            if f:
+                return f
+    elif isinstance(j, list):
+        for v in j:
+            f = find_build(v, bid)
+            if f:
+                return f
+    return None
+
+
 def worker_of(build_id):
     for w in ("w1", "w2", "w3"):
         try:
@@ -275,9 +292,18 @@ def main():
     t_kill = time.time()
     procs[victim].send_signal(signal.SIGKILL)
     procs[victim].wait()
-    res, _ = mcp.call("build_candidate", {"candidate": victim_c, "build_id": bid})
-    ok(res.get("status") == "succeeded", f"the lost worker's build is retried and succeeds: "
-       f"{res.get('status')} after {time.time() - t_kill:.1f} s")
+    status, st = None, {}
+    for _ in range(1200):  # poll candidate_status until the build ended (at most 120 s)
+        st, _ = mcp.call("candidate_status", {"candidate": victim_c})
+        found = find_build(st, bid)
+        status = found.get("status") if found else None
+        if status in ("succeeded", "failed", "cancelled", "superseded", "interrupted"):
+            break
+        time.sleep(0.1)
+    ok(status == "succeeded", f"the lost worker's build is retried and succeeds: {status} "
+       f"after {time.time() - t_kill:.1f} s")
+    res = {"image": {"digest": (st.get("latest_successful_build") or {}).get("digest")}
+           if (st.get("latest_successful_build") or {}).get("build_id") == bid else {}}
     ran = workers_of(bid)
     ok(len(ran) == 2 and ran[0] != ran[1] and victim in ran,
        f"it ran on the killed worker and then on one other: {ran}")
