@@ -190,7 +190,8 @@ def main():
     os.chmod(f"{T}/worker-token", 0o600)
     ports = {w: start_worker(w, d, reg, f"{T}/worker-token") for w in ("w1", "w2", "w3")}
     addr = {f"127.0.0.1:{p}": w for w, p in ports.items()}
-    cfg = {"server": {"listen": f"127.0.0.1:{PORT}", "state_dir": f"{T}/sched"},
+    cfg = {"server": {"listen": f"127.0.0.1:{PORT}", "state_dir": f"{T}/sched",
+                      "metrics_listen": "off"},
            "scheduler": {"max_parallel_builds": 3, "workers": sorted(addr),
                          "worker_tls": {"certificate": f"{d}/scheduler.crt",
                                         "key": f"{d}/scheduler.key",
