@@ -5,6 +5,7 @@
 #include "builder/process_runner.h"
 #include "deploy/local_deployer.h"
 #include "k8s/kubernetes_deployer.h"
+#include "pool/pool_builder.h"
 #include "registry/registry_client.h"
 
 namespace kiln {
@@ -35,6 +36,19 @@ Status PingRegistry(const RegistryConfig& reg) {
 }  // namespace
 
 void ComposeRuntime(const std::shared_ptr<const Config>& config, RuntimeOptions* opts) {
+  // Issue 20: with scheduler.workers, builds (both modes) run on the pool's workers.
+  if (!opts->builder && !config->scheduler.workers.empty()) {
+    PoolBuilderOptions po;
+    po.workers = config->scheduler.workers;
+    po.tls = {config->scheduler.worker_tls_certificate, config->scheduler.worker_tls_key,
+              config->scheduler.worker_tls_ca};
+    const ServerConfig server = config->server;
+    po.git_url = [server](const std::string& domain) { return GitRemoteUrl(server, domain); };
+    if (!config->server.state_dir.empty())
+      po.journal_file = config->server.state_dir + "/pool-journal.jsonl";
+    opts->builder = std::make_shared<PoolBuilder>(std::move(po));
+    opts->layered = opts->builder;
+  }
   if (!opts->builder) {  // an injected builder (tests) serves both modes
     std::shared_ptr<ProcessRunner> runner = MakePosixProcessRunner();
     opts->keep_alive.push_back(runner);  // the builders hold it by pointer

@@ -18,6 +18,7 @@
 #include "app/git_hook_command.h"
 #include "app/serve_command.h"
 #include "app/state_check_command.h"
+#include "app/worker_command.h"  // issue 20
 #include "builder/layered_builder.h"
 #include "common/json_text.h"
 #include "common/log.h"
@@ -38,6 +39,8 @@ const char* kUsage = R"(usage:
   kiln build --config FILE --domain D --candidate C --source DIR
                                       one build through the same scheduler, no server;
                                       JSON result on stdout, exit 1 when the build fails
+  kiln worker --config FILE           run as a build worker of a scheduler's pool (issue 20):
+                                      mutual TLS, the same builders as serve
   kiln check-config --config FILE     validate; every problem printed as `path: reason`
   kiln hash-token                     read a token on stdin, print its SHA-256 for the config
   kiln state-check --state-dir DIR [--builds]
@@ -261,6 +264,13 @@ int main(int argc, char** argv) {
   }
   if (cmd == "build") return Build(flags);
   if (cmd == "apply") return kiln::ApplyCommand(flags);
+  if (cmd == "worker") {  // issue 20
+    if (!Require(flags, {"config"}, &err)) {
+      std::cerr << "kiln worker: " << err << "\n";
+      return 2;
+    }
+    return kiln::WorkerCommand(flags.at("config"));
+  }
   if (cmd == "serve") {
     if (!Require(flags, {"config"}, &err)) {
       std::cerr << "kiln serve: " << err << "\n";

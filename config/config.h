@@ -53,6 +53,12 @@ struct SchedulerConfig {
   // Issue 20: a static worker pool for bare machines, "host:port" each (IPv6 "[addr]:port").
   // Empty (the default): no pool, every build runs on this node exactly as before.
   std::vector<std::string> workers;
+  // Issue 20: the scheduler's side of the pool's mutual TLS (required with `workers`): its
+  // certificate and key, and the CA whose certificates it accepts from workers.
+  std::string worker_tls_certificate, worker_tls_key, worker_tls_ca;
+  // Issue 20: SHA-256 of the workers' read credential for /git/<domain>.git (upload-pack of
+  // any domain, never receive-pack, never /mcp). Empty: workers cannot fetch.
+  std::vector<std::string> worker_token_sha256;
 };
 
 struct RegistryConfig {

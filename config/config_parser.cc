@@ -662,7 +662,9 @@ void ConfigReader::ReadServer(const json& obj, ServerConfig* out) {
 
 void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
   const std::string path = "scheduler";
-  CheckKeys(obj, path, {"max_parallel_builds", "build_log_max_bytes", "workers"});
+  CheckKeys(obj, path,
+            {"max_parallel_builds", "build_log_max_bytes", "workers", "worker_tls",
+             "worker_token_sha256"});
   ReadInt(obj, "max_parallel_builds", path, 1, 64, &out->max_parallel_builds);
   ReadInt(obj, "build_log_max_bytes", path, 4 << 10, int64_t{1} << 30, &out->build_log_max_bytes);
   if (ReadStringList(obj, "workers", path, false, &out->workers)) {  // issue 20
@@ -676,6 +678,26 @@ void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
         Problem(Index(Join(path, "workers"), i), "\"" + out->workers[i] + "\" " + why);
     }
   }
+  // Issue 20: the pool's mutual TLS and the workers' git credential.
+  if (const json* t = Section(obj, "worker_tls", path, false)) {
+    const std::string tp = Join(path, "worker_tls");
+    CheckKeys(*t, tp, {"certificate", "key", "worker_ca"});
+    for (auto [key, field] :
+         {std::pair<const char*, std::string*>{"certificate", &out->worker_tls_certificate},
+          {"key", &out->worker_tls_key},
+          {"worker_ca", &out->worker_tls_ca}}) {
+      if (ReadString(*t, key, tp, true, field)) {
+        *field = Resolve(*field);
+        CheckFile(*field, Join(tp, key));
+      }
+    }
+  } else if (!out->workers.empty()) {
+    Problem(Join(path, "worker_tls"),
+            "missing required key (scheduler.workers is set): {certificate, key, worker_ca} "
+            "for the pool's mutual TLS");
+  }
+  if (ReadStringList(obj, "worker_token_sha256", path, false, &out->worker_token_sha256))
+    CheckTokenList(out->worker_token_sha256, Join(path, "worker_token_sha256"));
 }
 
 void ConfigReader::ReadRegistries(const json& obj, std::map<std::string, RegistryConfig>* out) {
@@ -1073,6 +1095,7 @@ void ConfigReader::CheckUniqueTokens(const Config& config) {
     }
   };
   check(config.operator_token_sha256, "operator_token_sha256");
+  check(config.scheduler.worker_token_sha256, "scheduler.worker_token_sha256");  // issue 20
   for (const auto& [name, d] : config.domains)
     check(d.token_sha256, Join(Join("domains", name), "token_sha256"));
 }

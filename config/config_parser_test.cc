@@ -1341,17 +1341,32 @@ TEST_F(ConfigParserTest, SchedulerWorkersAreValidated) {
   ASSERT_TRUE(Parse(Valid(), &c).empty());
   EXPECT_TRUE(c.scheduler.workers.empty());  // default: no pool, single node as before
   json j = Valid();
-  j["scheduler"] = {{"workers", {"10.0.0.5:8710", "[fd00::1]:8711", "build-2.lan:9000"}}};
+  // The pool's mutual TLS files (any readable file passes the parser).
+  const json tls = {{"certificate", auth_file_}, {"key", auth_file_}, {"worker_ca", auth_file_}};
+  j["scheduler"] = {{"workers", {"10.0.0.5:8710", "[fd00::1]:8711", "build-2.lan:9000"}},
+                    {"worker_tls", tls}};
   ASSERT_TRUE(Parse(j, &c).empty()) << Describe(Parse(j));
   EXPECT_EQ(c.scheduler.workers.size(), 3u);
+  EXPECT_EQ(c.scheduler.worker_tls_ca, auth_file_);
   for (const std::string bad : {"10.0.0.5", ":8710", "h:0", "h:70000", "h:8a", "fd00::1:8710"}) {
-    j["scheduler"] = {{"workers", {"ok:1", bad}}};
+    j["scheduler"] = {{"workers", {"ok:1", bad}}, {"worker_tls", tls}};
     ExpectOnly(j, "scheduler.workers[1]");
   }
-  j["scheduler"] = {{"workers", {"a:1", "a:1"}}};
+  j["scheduler"] = {{"workers", {"a:1", "a:1"}}, {"worker_tls", tls}};
   ExpectOnly(j, "scheduler.workers[1]");
   j["scheduler"] = {{"workers", "a:1"}};
   ExpectOnly(j, "scheduler.workers");
+  // Workers without the pool's TLS identity: refused, naming what is missing.
+  j["scheduler"] = {{"workers", {"a:1"}}};
+  ExpectOnly(j, "scheduler.worker_tls");
+  j["scheduler"] = {{"workers", {"a:1"}},
+                    {"worker_tls", {{"certificate", auth_file_}, {"worker_ca", auth_file_}}}};
+  ExpectOnly(j, "scheduler.worker_tls.key");
+  // The workers' git credential is a token hash like the others, and unique.
+  j["scheduler"] = {{"worker_token_sha256", {"nothex"}}};
+  ExpectOnly(j, "scheduler.worker_token_sha256[0]");
+  j["scheduler"] = {{"worker_token_sha256", {kHashC}}};  // the operator's
+  ExpectOnly(j, "scheduler.worker_token_sha256[0]");
 }
 // --- end issue 20 ---------------------------------------------------------------------------
 

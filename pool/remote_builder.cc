@@ -15,8 +15,9 @@ PoolSystemConfig::PoolSystemConfig(const PoolTlsConfig& tls) {
   openssl_cafile = tls.peer_ca_file;
 }
 
-Status PublishRemoteBuilder(const remote_builder_actor& builder, uint16_t port, uint16_t* bound) {
-  auto res = caf::openssl::publish(builder, port, "127.0.0.1", true);
+Status PublishRemoteBuilder(const remote_builder_actor& builder, uint16_t port, uint16_t* bound,
+                            const std::string& host) {
+  auto res = caf::openssl::publish(builder, port, host.c_str(), true);
   if (!res) {
     return Status::Unavailable("cannot publish the worker's builder on port " +
                                std::to_string(port) + ": " +

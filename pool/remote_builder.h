@@ -48,10 +48,11 @@ class PoolSystemConfig : public caf::actor_system_config {
   explicit PoolSystemConfig(const PoolTlsConfig& tls);
 };
 
-/// Publishes `builder` on 127.0.0.1:`port` (0: any free port) over TLS; *bound gets the port.
+/// Publishes `builder` on `host`:`port` (0: any free port) over TLS; *bound gets the port.
 /// Unavailable with CAF's reason when it cannot listen. The builder must be ended (exit
 /// message) before its actor system is destroyed, or the destructor waits for it forever.
-Status PublishRemoteBuilder(const remote_builder_actor& builder, uint16_t port, uint16_t* bound);
+Status PublishRemoteBuilder(const remote_builder_actor& builder, uint16_t port, uint16_t* bound,
+                            const std::string& host = "127.0.0.1");
 
 /// Connects to a worker's builder at host:port over TLS. Unavailable "worker host:port refused
 /// the connection or its certificate: ..." when the TCP connect, the TLS handshake (a

@@ -18,6 +18,7 @@
 #include "common/json_text.h"
 #include "common/names.h"
 #include "common/process_supervisor.h"
+#include "common/sha256.h"
 #include "workspace/git_repo.h"
 
 namespace kiln {
@@ -396,7 +397,8 @@ GitHttpHandler::GitHttpHandler(const Config& config, Options options)
       state_dir_(options_.state_dir.empty()
                      ? std::string()
                      : fs::absolute(options_.state_dir).lexically_normal().string()),
-      auth_(config, /*check_host=*/false) {
+      auth_(config, /*check_host=*/false),
+      worker_token_sha256_(config.scheduler.worker_token_sha256) {
   for (const auto& [name, dc] : config.domains) {
     auto d = std::make_unique<DomainState>();
     d->name = name;
@@ -472,6 +474,20 @@ std::optional<HttpRefusal> GitHttpHandler::SlotRefusalLocked(const std::string& 
   return std::nullopt;
 }
 
+// Issue 20: constant-time against every worker hash; upload-pack only (never a push).
+bool GitHttpHandler::WorkerFetch(const HttpRequest& head, const GitHttpRoute& route) const {
+  if (worker_token_sha256_.empty() || route.service != GitHttpRoute::Service::kUploadPack)
+    return false;
+  const std::string v = head.Header("authorization").value_or("");
+  const std::string scheme = "Bearer ";
+  if (v.size() <= scheme.size() || v.compare(0, scheme.size(), scheme) != 0) return false;
+  std::string presented = Sha256Hex(std::string_view(v).substr(scheme.size()));
+  bool match = false;
+  for (const std::string& h : worker_token_sha256_)
+    match = ConstantTimeEquals(presented, h) || match;
+  return match;
+}
+
 std::optional<HttpRefusal> GitHttpHandler::Authorize(const HttpRequest& head) {
   GitRouteDecision parsed = ParseGitHttpRoute(head.method, head.path, head.query);
   if (!parsed.ok()) {
@@ -479,7 +495,12 @@ std::optional<HttpRefusal> GitHttpHandler::Authorize(const HttpRequest& head) {
     if (parsed.status == 405) headers.emplace_back("Allow", "GET, POST");
     return GitRefusal(parsed.status, parsed.message, "not_found", std::move(headers));
   }
-  AuthDecision auth = auth_.Authenticate(head.Header("authorization").value_or(""));
+  AuthDecision auth;
+  if (WorkerFetch(head, parsed.route)) {  // issue 20: a pool worker reads any domain
+    auth.principal = Principal{Principal::Kind::kDomain, parsed.route.domain};
+  } else {
+    auth = auth_.Authenticate(head.Header("authorization").value_or(""));
+  }
   if (!auth.ok()) {
     return GitRefusal(auth.status, auth.message, "unauthenticated",
                       {{"WWW-Authenticate", auth.www_authenticate}});
@@ -507,7 +528,12 @@ void GitHttpHandler::Handle(const HttpRequest& request, std::shared_ptr<HttpResp
     return responder->Reply(parsed.status, "application/json", JsonError(parsed.message),
                             std::move(headers));
   }
-  AuthDecision auth = auth_.Authenticate(request.Header("authorization").value_or(""));
+  AuthDecision auth;
+  if (WorkerFetch(request, parsed.route)) {  // issue 20: a pool worker reads any domain
+    auth.principal = Principal{Principal::Kind::kDomain, parsed.route.domain};
+  } else {
+    auth = auth_.Authenticate(request.Header("authorization").value_or(""));
+  }
   if (!auth.ok()) {
     return responder->Reply(auth.status, "application/json", JsonError(auth.message),
                             {{"WWW-Authenticate", auth.www_authenticate}});

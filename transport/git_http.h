@@ -255,6 +255,10 @@ class GitHttpHandler {
   const Options options_;
   const std::string state_dir_;
   Authenticator auth_;
+  // Issue 20: the pool workers' read credential (scheduler.worker_token_sha256).
+  std::vector<std::string> worker_token_sha256_;
+  /// True when `head` carries a worker credential and asks for upload-pack (a fetch).
+  bool WorkerFetch(const HttpRequest& head, const GitHttpRoute& route) const;
   std::map<std::string, std::unique_ptr<DomainState>> domains_;  // fixed after construction
 
   std::mutex mu_;

@@ -573,6 +573,40 @@ TEST_F(GitHttpE2ETest, MissingOrWrongTokenIsRefusedAndNothingIsWritten) {
   EXPECT_EQ(r.status, 403);
 }
 
+// Issue 20: the pool workers' credential fetches any domain's commits and does nothing else.
+TEST_F(GitHttpE2ETest, WorkerCredentialFetchesEveryDomainButNeverPushes) {
+  config_.scheduler.worker_token_sha256 = {Sha256Hex("worker-token")};
+  Start();
+  for (const std::string dom : {"demo", "other"}) {
+    std::string w = tmp_.path() + "/push-" + dom;
+    fs::create_directories(w);
+    GitOk(w, {"init", "-q"});
+    std::string c = Commit(w, "f", dom);
+    GitOk(w, {"push", "-q", Url(dom), "HEAD:refs/heads/main"}, dom + "-token");
+    // A worker's incremental fetch into its own bare repository.
+    std::string bare = tmp_.path() + "/worker-" + dom + ".git";
+    GitOk(tmp_.path(), {"init", "-q", "--bare", bare});
+    GitOk(bare, {"fetch", "-q", Url(dom), "+refs/heads/main:refs/heads/main"}, "worker-token");
+    EXPECT_NE(GitOk(bare, {"rev-parse", "main"}).find(c), std::string::npos) << dom;
+    // ... but no push, not even a new branch.
+    GitResult r = Git(w, {"push", Url(dom), "HEAD:refs/heads/evil"}, "worker-token");
+    EXPECT_NE(r.exit_code, 0) << dom;
+    EXPECT_EQ(ServerBranches(dom).count("evil"), 0u);
+  }
+  auto r = RawRequest(server_->port(), http::verb::get,
+                      "/git/demo.git/info/refs?service=git-receive-pack",
+                      {{"Authorization", "Bearer worker-token"}});
+  EXPECT_EQ(r.status, 401);
+  r = RawRequest(server_->port(), http::verb::get,
+                 "/git/demo.git/info/refs?service=git-upload-pack",
+                 {{"Authorization", "Bearer worker-token"}});
+  EXPECT_EQ(r.status, 200);
+  r = RawRequest(server_->port(), http::verb::get,
+                 "/git/demo.git/info/refs?service=git-upload-pack",
+                 {{"Authorization", "Bearer worker-tokex"}});
+  EXPECT_EQ(r.status, 401);
+}
+
 TEST_F(GitHttpE2ETest, AnotherDomainsRepositoryLooksLikeAMissingOne) {
   Start();
   std::string a = Clone("a");

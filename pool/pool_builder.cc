@@ -1,0 +1,417 @@
+#include "pool/pool_builder.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <caf/after.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <chrono>
+#include <deque>
+#include <nlohmann/json.hpp>
+
+#include "config/config_parser.h"
+#include "pool/build_wire.h"
+
+namespace kiln {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One JSON line appended and synced (a lost worker's build is on disk before it is retried).
+void AppendJournal(const std::string& file, const nlohmann::json& record) {
+  if (file.empty()) return;
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    spdlog::warn("pool: cannot open the pool journal {}", file);
+    return;
+  }
+  std::string line = record.dump() + "\n";
+  ssize_t n = ::write(fd, line.data(), line.size());
+  if (n != static_cast<ssize_t>(line.size()) || ::fsync(fd) != 0)
+    spdlog::warn("pool: cannot write the pool journal {}", file);
+  ::close(fd);
+}
+
+// What one attempt on one worker came to.
+struct Attempt {
+  bool answered = false;
+  bool lost = false;  // the worker's actor went down before answering
+  RemoteBuildAnswer answer;
+  Status error;  // neither answered nor lost: timeout, cancel, transport error
+};
+
+}  // namespace
+
+struct PoolBuilder::Conn {
+  std::string host;
+  uint16_t port = 0;
+  remote_builder_actor handle;  // null until connected
+  Clock::time_point retry_at{};
+};
+
+struct PoolBuilder::Impl {
+  explicit Impl(PoolBuilderOptions o)
+      : opts(std::move(o)),
+        cfg(opts.tls),
+        sys((cfg.set("scheduler.max-threads", size_t{2}), cfg)),
+        times(opts.warm_seed_s, opts.cold_seed_s),
+        t0(Clock::now()) {
+    for (const std::string& w : opts.workers) {
+      Conn c;
+      std::string host;
+      int port = 0;
+      ParseWorkerAddress(w, &host, &port);
+      c.host = host;
+      c.port = static_cast<uint16_t>(port);
+      conns[w] = c;
+      placement.AddWorker(w, 1, 0);  // slots from the worker's info once connected
+    }
+  }
+
+  double Now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+  // A connected handle to `worker`, connecting (and asking its slots and warm candidates)
+  // when needed. Null handle when it cannot be reached (then it is not ready for a while).
+  remote_builder_actor Connect(const std::string& worker) {
+    Conn c;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      c = conns[worker];
+      if (c.handle) return c.handle;
+    }
+    remote_builder_actor h;
+    Status st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    nlohmann::json info;
+    if (st.ok()) {
+      caf::scoped_actor self{sys};
+      RemoteBuildRequest r;
+      r.op = "info";
+      self->request(h, std::chrono::seconds(10), remote_build_atom::value,
+                    RemoteBuildRequestToText(r))
+          .receive(
+              [&](const std::string& text) {
+                RemoteBuildAnswer a;
+                if (RemoteBuildAnswerFromText(text, &a).ok()) info = a.info;
+              },
+              [&](const caf::error& e) {
+                st = Status::Unavailable("worker " + worker + " did not answer: " + sys.render(e));
+              });
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    Conn& cc = conns[worker];
+    if (!st.ok()) {
+      spdlog::warn("pool: {}", st.message());
+      cc.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
+      placement.SetReady(worker, false, Now());
+      cv.notify_all();
+      return remote_builder_actor{};
+    }
+    cc.handle = h;
+    size_t slots = info.value("slots", size_t{1});
+    placement.AddWorker(worker, slots, Now());
+    placement.SetReady(worker, true, Now());
+    if (info.contains("warm") && info["warm"].is_array())
+      for (const auto& w : info["warm"])
+        if (w.is_string()) placement.SetWarm(worker, w.get<std::string>(), true);
+    spdlog::info("pool: worker {} connected ({} slots)", worker, slots);
+    cv.notify_all();
+    return h;
+  }
+
+  // The worker's proxy went down: forget the handle, take it out of placement until it
+  // answers again.
+  void Lost(const std::string& worker) {
+    std::lock_guard<std::mutex> lock(mu);
+    Conn& c = conns[worker];
+    c.handle = remote_builder_actor{};
+    c.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
+    placement.SetReady(worker, false, Now());
+    cv.notify_all();
+  }
+
+  // Re-admits workers whose retry time has come (their next Connect decides). Under mu.
+  void ReadmitLocked() {
+    for (auto& [w, c] : conns)
+      if (!c.handle && c.retry_at <= Clock::now()) placement.SetReady(w, true, Now());
+  }
+
+  // Chooses a worker for `ck` (not in `exclude`) and takes its slot; "" when none is ready.
+  // Waits for a slot of the preferred worker when placement says so.
+  std::string Pick(const std::string& ck, const std::set<std::string>& exclude,
+                   const CancelToken* cancel, bool* warm) {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      ReadmitLocked();
+      std::string w;
+      Placement::Decision d = placement.Place(ck, times, Now());
+      if ((d.kind == Placement::Kind::kPreferred || d.kind == Placement::Kind::kSpill) &&
+          !exclude.count(d.worker))
+        w = d.worker;
+      bool any = false;
+      if (w.empty()) {
+        for (const std::string& r : placement.Ranking(ck)) {
+          if (exclude.count(r)) continue;
+          any = true;
+          // A retry, or a preferred worker that was excluded: the best other free one.
+          if ((!exclude.empty() || d.kind != Placement::Kind::kWait) &&
+              placement.FreeSlots(r) > 0) {
+            w = r;
+            break;
+          }
+        }
+      }
+      if (!w.empty()) {
+        *warm = placement.IsWarm(w, ck);
+        placement.Started(w, ck, Now(), *warm ? times.warm() : times.cold());
+        return w;
+      }
+      if (!any) return "";
+      if (cancel && cancel->cancelled()) return "";
+      cv.wait_for(lock, std::chrono::milliseconds(200));
+    }
+  }
+
+  void Done(const std::string& worker, const std::string& ck, bool warm, double seconds,
+            bool built) {
+    std::lock_guard<std::mutex> lock(mu);
+    placement.Finished(worker, ck, Now());
+    if (built) {
+      times.Record(warm, seconds);
+      placement.SetWarm(worker, ck, true);
+    }
+    cv.notify_all();
+  }
+
+  // Sends `req` to `worker` and waits for its answer, the down message of its actor, the
+  // deadline, or a cancel (forwarded to the worker, whose answer then ends the wait).
+  Attempt Run(const std::string& worker, const remote_builder_actor& h,
+              const RemoteBuildRequest& req, Clock::time_point deadline,
+              const CancelToken* cancel) {
+    Attempt at;
+    caf::scoped_actor self{sys};
+    self->monitor(h);
+    self->send(h, remote_build_atom::value, RemoteBuildRequestToText(req));
+    bool cancel_sent = false;
+    while (!at.answered && !at.lost && at.error.ok()) {
+      self->receive(
+          [&](const std::string& text) {
+            RemoteBuildAnswer a;
+            Status st = RemoteBuildAnswerFromText(text, &a);
+            if (!st.ok()) {
+              at.error = st;
+            } else if (a.op == req.op && a.build_id == req.build_id) {
+              at.answered = true;
+              at.answer = std::move(a);
+            }
+          },
+          [&](const caf::down_msg& m) {
+            if (m.source == h.address()) at.lost = true;
+          },
+          [&](const caf::error& e) {
+            at.error =
+                Status::Unavailable("worker " + worker + " refused the request: " + sys.render(e));
+          },
+          caf::after(std::chrono::milliseconds(200)) >>
+              [&] {
+                if (cancel && cancel->cancelled() && !cancel_sent) {
+                  RemoteBuildRequest c = req;
+                  c.op = "cancel";
+                  self->send(h, remote_build_atom::value, RemoteBuildRequestToText(c));
+                  cancel_sent = true;
+                  deadline = std::min(deadline, Clock::now() + std::chrono::seconds(60));
+                }
+                if (Clock::now() > deadline)
+                  at.error =
+                      Status::DeadlineExceeded("worker " + worker + " did not answer in time");
+              });
+    }
+    self->demonitor(h.address());
+    return at;
+  }
+
+  PoolBuilderOptions opts;
+  PoolSystemConfig cfg;
+  caf::actor_system sys;
+  std::mutex mu;
+  std::condition_variable cv;
+  Placement placement;
+  BuildTimes times;
+  std::map<std::string, Conn> conns;
+  std::map<std::string, std::string> built_on;  // build id -> worker holding its image
+  std::deque<std::string> built_order;          // bounds built_on
+  const Clock::time_point t0;
+};
+
+PoolBuilder::PoolBuilder(PoolBuilderOptions opts)
+    : impl_(std::make_unique<Impl>(std::move(opts))) {}
+PoolBuilder::~PoolBuilder() = default;
+
+namespace {
+
+RemoteBuildRequest RequestOf(const BuildJob& job, const std::string& op, const std::string& url) {
+  RemoteBuildRequest r;
+  r.op = op;
+  r.build_id = job.build_id;
+  r.domain = job.domain;
+  r.candidate = job.candidate;
+  r.commit = job.commit;
+  r.key = job.key;
+  r.git_url = url;
+  r.image_registry = job.registry.name;
+  r.image_repository = job.repository;
+  r.build = BuildConfigToJson(job.build);
+  return r;
+}
+
+}  // namespace
+
+BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
+                               const CancelToken* cancel) {
+  Impl& m = *impl_;
+  BuildResult res;
+  if (job.commit.empty()) {
+    res.status = Status::FailedPrecondition(
+        "a worker pool builds commits of the domain's repository, not a local directory");
+    return res;
+  }
+  const std::string ck = job.domain + "/" + job.candidate;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
+  std::set<std::string> tried;
+  std::vector<std::string> lost;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool warm = false;
+    const int64_t decided = WireNowMs();
+    std::string w = m.Pick(ck, tried, cancel, &warm);
+    if (w.empty()) break;
+    tried.insert(w);
+    remote_builder_actor h = m.Connect(w);
+    if (!h) {
+      m.Done(w, ck, warm, 0, false);
+      --attempt;  // an unreachable worker never started the build: not a retry
+      if (tried.size() >= m.opts.workers.size()) break;
+      continue;
+    }
+    RemoteBuildRequest req =
+        RequestOf(job, "build", m.opts.git_url ? m.opts.git_url(job.domain) : "");
+    req.sent_unix_ms = decided;
+    out("kiln: building on worker " + w + (warm ? " (warm)" : " (cold)") + "\n");
+    auto t = Clock::now();
+    Attempt at = m.Run(w, h, req, deadline, cancel);
+    double secs = std::chrono::duration<double>(Clock::now() - t).count();
+    m.Done(w, ck, warm, secs, at.answered && at.answer.build.status.ok());
+    if (at.answered) {
+      if (!at.answer.log.empty()) out(at.answer.log);
+      res = std::move(at.answer.build);
+      if (res.status.ok()) {
+        std::lock_guard<std::mutex> lock(m.mu);
+        m.built_on[job.build_id] = w;
+        m.built_order.push_back(job.build_id);
+        while (m.built_order.size() > 4096) {
+          m.built_on.erase(m.built_order.front());
+          m.built_order.pop_front();
+        }
+      }
+      return res;
+    }
+    if (!at.lost) {
+      res.status = at.error;
+      res.failure_kind = "infrastructure";
+      return res;
+    }
+    m.Lost(w);
+    lost.push_back(w);
+    const bool retry = attempt == 0 && !(cancel && cancel->cancelled());
+    AppendJournal(m.opts.journal_file, {{"event", "worker_lost"},
+                                        {"phase", "build"},
+                                        {"build_id", job.build_id},
+                                        {"domain", job.domain},
+                                        {"candidate", job.candidate},
+                                        {"worker", w},
+                                        {"retry", retry},
+                                        {"unix_ms", WireNowMs()}});
+    spdlog::warn("pool: worker {} lost during build {}{}", w, job.build_id,
+                 retry ? "; retrying once on another worker" : "");
+    out("kiln: worker " + w + " was lost mid-build" +
+        (retry ? "; retrying on another worker\n" : "\n"));
+    if (!retry) break;
+  }
+  if (cancel && cancel->cancelled()) {
+    res.status = Status::Cancelled("build cancelled");
+    return res;
+  }
+  std::string names;
+  for (const std::string& w : lost) names += (names.empty() ? "" : ", ") + w;
+  res.status = lost.empty() ? Status::Unavailable(
+                                  "no worker of the pool is reachable "
+                                  "(scheduler.workers)")
+                            : Status::Unavailable("lost worker(s) " + names + " mid-build");
+  res.failure_kind = "infrastructure";
+  return res;
+}
+
+PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                             const CancelToken* cancel) {
+  Impl& m = *impl_;
+  PushResult res;
+  std::string w = WorkerOf(job.build_id);
+  if (w.empty()) {
+    res.status = Status::Unavailable("no worker holds the image of build " + job.build_id +
+                                     " (its worker was lost or the scheduler restarted); build "
+                                     "it again");
+    return res;
+  }
+  remote_builder_actor h = m.Connect(w);
+  if (!h) {
+    res.status = Status::Unavailable("worker " + w + " that built " + job.build_id +
+                                     " cannot be reached for the push; build it again");
+    return res;
+  }
+  RemoteBuildRequest req = RequestOf(job, "push", m.opts.git_url ? m.opts.git_url(job.domain) : "");
+  req.image_id = built.image_id;
+  req.sent_unix_ms = WireNowMs();
+  Attempt at =
+      m.Run(w, h, req, Clock::now() + std::chrono::seconds(job.build.timeout_s + 120), cancel);
+  if (at.answered) {
+    if (!at.answer.log.empty()) out(at.answer.log);
+    return at.answer.push;
+  }
+  if (at.lost) {
+    m.Lost(w);
+    AppendJournal(m.opts.journal_file, {{"event", "worker_lost"},
+                                        {"phase", "push"},
+                                        {"build_id", job.build_id},
+                                        {"worker", w},
+                                        {"retry", false},
+                                        {"unix_ms", WireNowMs()}});
+    res.status = Status::Unavailable("worker " + w + " was lost during the push of " +
+                                     job.build_id + "; build it again");
+    return res;
+  }
+  res.status = at.error;
+  return res;
+}
+
+Status PoolBuilder::Check() {
+  std::string down;
+  bool any = false;
+  for (const std::string& w : impl_->opts.workers) {
+    if (impl_->Connect(w)) {
+      any = true;
+    } else {
+      down += (down.empty() ? "" : ", ") + w;
+    }
+  }
+  if (any) return Status::Ok();
+  return Status::Unavailable("no worker of the pool answers: " + down);
+}
+
+std::string PoolBuilder::WorkerOf(const std::string& build_id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->built_on.find(build_id);
+  return it == impl_->built_on.end() ? "" : it->second;
+}
+
+}  // namespace kiln

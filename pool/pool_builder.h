@@ -1,0 +1,63 @@
+// PoolBuilder (issue 20): the Builder the scheduler's candidates use when `scheduler.workers`
+// is set. Each build goes to a worker (`kiln worker`) chosen by Placement (rendezvous affinity
+// by candidate, spill when waiting costs more than a cold build) and runs there through the
+// worker's remote_builder_actor over mutual TLS; the push of that image goes to the same
+// worker, inside the scheduler's push-lane grant (the candidate takes the grant before it calls
+// Push), so tags still move in build order across workers.
+//
+// A worker lost mid-build (its proxy's down message: CAF 0.17 does not fail the open request
+// by itself) fails that attempt; the loss is journaled (one JSON line in `journal_file`) and
+// the build is retried once on another worker. A worker lost before its image was pushed is
+// not retried by Push (at most one push per build): the build fails as infrastructure.
+//
+// Thread-safety: Build/Push/Check block the calling thread (BlockingWork threads, never an
+// actor) and may be called concurrently. The PoolBuilder owns its own actor system (caf::io +
+// caf::openssl), separate from the Runtime's.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "builder/builder.h"
+#include "pool/placement.h"
+#include "pool/remote_builder.h"
+
+namespace kiln {
+
+struct PoolBuilderOptions {
+  std::vector<std::string> workers;  // "host:port" (scheduler.workers)
+  PoolTlsConfig tls;                 // the scheduler's certificate, key, and the workers' CA
+  /// The git remote a worker fetches a domain's commits from (kiln serve's /git/<d>.git).
+  std::function<std::string(const std::string& domain)> git_url;
+  std::string journal_file;  // "" : worker losses are only logged
+  double warm_seed_s = 10, cold_seed_s = 30;
+  int connect_retry_ms = 2000;  // a worker that could not be reached is retried after this
+};
+
+class PoolBuilder : public Builder {
+ public:
+  explicit PoolBuilder(PoolBuilderOptions opts);
+  ~PoolBuilder() override;
+
+  BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
+  PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                  const CancelToken* cancel) override;
+  /// Ok when at least one worker answers; Unavailable naming the unreachable ones otherwise.
+  Status Check() override;
+
+  /// The worker that ran `build_id` (last attempt), "" when unknown. For tests and logs.
+  std::string WorkerOf(const std::string& build_id) const;
+
+ private:
+  struct Conn;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln
