@@ -63,6 +63,11 @@ std::string HostFailureIn(const std::string& output) {
     return "a file system of kiln's build host is read-only (read-only file system)";
   if (Contains(o, "input/output error"))
     return "kiln's build host had a disk I/O error (input/output error)";
+  // buildah's runtime re-executes itself from a sealed memfd; a transient EBUSY there fails the
+  // step before the compiler runs (seen in CI): the host's fault, not the candidate's code.
+  if (Contains(o, "sealing memfd copy"))
+    return "buildah could not start the build step on kiln's build host (sealing memfd copy: "
+           "device or resource busy)";
   return "";
 }
 

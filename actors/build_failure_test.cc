@@ -178,6 +178,9 @@ TEST(BuildFailure, HostFailuresDuringABuildAreInfrastructure) {
             "a file system of kiln's build host is read-only (read-only file system)");
   EXPECT_EQ(HostFailureIn("open x: disk quota exceeded"),
             "kiln's build host ran out of disk quota (disk quota exceeded)");
+  EXPECT_NE(HostFailureIn("Close_Fd sealing memfd copy: Device or resource busy\n"
+                          "subprocess exited with status 1"),
+            "");
   EXPECT_EQ(HostFailureIn("main.go:3:1: syntax error"), "");
   // Running out of memory under the sandbox's limit is the agent's program, not the host.
   EXPECT_EQ(HostFailureIn("fork: Cannot allocate memory"), "");
