@@ -250,7 +250,8 @@ async function strayProcesses({ allowDeployed }) {
     if (p.args.startsWith("ps -ww")) continue;
     if (kilnTree.has(p.pid) || p.args.includes(W)) stray.push(`${p.pid} ${p.args.slice(0, 200)}`);
   }
-  return { stray, deployedCount: deployRoots.length };
+  const deployedList = ps.filter((p) => deployRoots.includes(p.pid)).map((p) => `${p.pid} (parent ${p.ppid}) ${p.args.slice(0, 240)}`);
+  return { stray, deployedCount: deployRoots.length, deployedList };
 }
 
 // ------------------------------------------------------------------------------ MCP
@@ -981,7 +982,8 @@ try {
     await sleep(500);
   }
   check("no build sandbox, compiler or git process is left after the builds ended", leak.stray.length === 0, leak.stray.join("\n"));
-  check("at most one deployed candidate sandbox per domain", leak.deployedCount <= DOMAINS, `${leak.deployedCount} deploy sandboxes`);
+  check("at most one deployed candidate sandbox per domain", leak.deployedCount <= DOMAINS,
+    `${leak.deployedCount} deploy sandboxes:\n${leak.deployedList.join("\n")}`);
   const tmpLeft = [];
   const walk = (dir, rel = "") => {
     let ents = [];

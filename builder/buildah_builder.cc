@@ -99,6 +99,13 @@ std::string Upper(std::string s) {
 }
 
 // Owned by `uid:gid` with `mode`; created when missing. Refuses a symlink.
+// buildah re-executes itself from a sealed memfd to start a step; under concurrent builds the
+// kernel sometimes answers EBUSY ("sealing memfd copy: Device or resource busy") and the step
+// fails before the candidate's command ran. Nothing of the candidate's is involved: retried.
+bool TransientRuntimeFailure(const std::string& output) {
+  return output.find("sealing memfd copy") != std::string::npos;
+}
+
 Status OwnedDir(const std::string& dir, uid_t uid, gid_t gid, mode_t mode) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -598,6 +605,15 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
     if (out) out(chunk);
   };
   ProcessResult r = runner_->Run(spec, watch, cancel);
+  if (r.start_status.ok() && !r.cancelled && !r.timed_out && r.exit_code != 0 &&
+      r.exit_code != kExitExport && TransientRuntimeFailure(r.output)) {
+    // buildah's runtime could not start a step (see TransientRuntimeFailure): once more, from
+    // the layer cache, before anyone is told the build failed.
+    RemoveWorkingContainers(job, user);
+    if (out) out("kiln: buildah could not start a build step (transient); retrying once\n");
+    t_export = {};
+    r = runner_->Run(spec, watch, cancel);
+  }
   if (t_export != std::chrono::steady_clock::time_point{}) {
     res.timings["build_ms"] =
         std::chrono::duration_cast<std::chrono::milliseconds>(t_export - t_build).count();

@@ -204,6 +204,37 @@ TEST_F(BuildahFakeTest, FailingRunStepIsACompileErrorWithDiagnostics) {
   EXPECT_TRUE(Contains(r.diagnostics[0].message, "undefined: fmt.Printn"));
 }
 
+TEST_F(BuildahFakeTest, TransientRuntimeStartFailureIsRetriedOnce) {
+  FakeRun busy;
+  busy.exit_code = 1;
+  busy.chunks = {"STEP 3/4: RUN go build ./...\n",
+                 "Close_Fd sealing memfd copy: Device or resource busy\n",
+                 "error building at STEP \"RUN go build ./...\": exit status 1\n"};
+  runner_.Script(busy);
+  runner_.Script(Succeeds());
+  BuildResult r = Build();
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(r.image_id, kImageId);
+  EXPECT_EQ(runner_.runs(), 3u);  // build, working containers removed, build again
+  EXPECT_TRUE(Contains(output_, "retrying once"));
+
+  // Twice in a row: the second answer stands (one retry, no loop), and it is the host's.
+  runner_.Script(busy);
+  runner_.Script(busy);
+  r = Build();
+  EXPECT_FALSE(r.status.ok());
+  EXPECT_EQ(runner_.runs(), 6u);
+
+  // A compile error is never retried.
+  FakeRun compile;
+  compile.exit_code = 1;
+  compile.chunks = {"STEP 3/4: RUN go build ./...\n", "/src/main.go:5:2: undefined: x\n"};
+  runner_.Script(compile);
+  r = Build();
+  EXPECT_TRUE(r.compile_failed);
+  EXPECT_EQ(runner_.runs(), 7u);
+}
+
 TEST_F(BuildahFakeTest, FailureOutsideARunStepIsTheContainerfiles) {
   FakeRun run;
   run.exit_code = 125;

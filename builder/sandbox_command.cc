@@ -87,6 +87,8 @@ std::vector<std::string> SetprivArgv(const SandboxUser& user) {
           "--regid=" + std::to_string(user.gid),
           "--clear-groups",
           "--no-new-privs",
+          "--pdeathsig",
+          "SIGKILL",
           "--"};
 }
 

@@ -59,7 +59,9 @@ struct SandboxLimits {
 /// limits; empty when none is set.
 std::vector<std::string> PrlimitArgv(const SandboxLimits& limits);
 
-/// "setpriv", "--reuid=U", "--regid=G", "--clear-groups", "--".
+/// "setpriv", "--reuid=U", "--regid=G", "--clear-groups", "--no-new-privs", "--pdeathsig",
+/// "SIGKILL", "--". Changing the uid clears the parent-death signal kiln's Spawn set; setpriv
+/// sets it again, so what it runs dies with kiln even before bwrap's --die-with-parent.
 std::vector<std::string> SetprivArgv(const SandboxUser& user);
 
 /// Resolves the unprivileged host user `name` (the one I/O function here: reads the user

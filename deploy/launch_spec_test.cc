@@ -160,6 +160,9 @@ TEST(LocalSandboxArgv, RunsUnprivilegedWithLimits) {
   EXPECT_LT(at("--reuid=999"), at("bwrap"));
   EXPECT_LT(at("--regid=995"), at("bwrap"));
   EXPECT_LT(at("--clear-groups"), at("bwrap"));
+  // The uid change clears the parent-death signal: setpriv sets it again.
+  EXPECT_EQ(a[at("--pdeathsig") + 1], "SIGKILL");
+  EXPECT_LT(at("--pdeathsig"), at("bwrap"));
   EXPECT_LT(at("bwrap"), at("--disable-userns"));
   EXPECT_TRUE(has({"--unshare-user"}));
   // No User in the image: the host user's ids, not root.

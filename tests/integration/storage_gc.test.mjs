@@ -193,7 +193,10 @@ test("candidate storages are collected under the budget; deployed and running bu
   await until("c1's storage collected again (the domain under its budget)", () => !exists(storageOf("c1")), 60_000);
 
   // 3: a running build's storage is never collected, even over the budget.
-  push("c2", "two, slow", "sleep 25");
+  // The step first writes a candidate storage's worth of bytes: c2's storage alone is then over
+  // the budget (keep + storage1/4) whatever the base image's layers weigh, so every collection
+  // while it runs finds the domain over its budget with nothing else to free.
+  push("c2", "two, slow", `head -c ${Math.ceil(storage1)} /dev/zero > /filler && sleep 25`);
   const slow = await call("build_candidate", { candidate: "c2", wait: false });
   const id = slow.build_id;
   const logAtStart = kilnLog.length;
