@@ -8,6 +8,7 @@ namespace kiln {
 
 void LogBuffer::Append(std::string_view s) {
   std::lock_guard<std::mutex> l(mu_);
+  if (closed_) return;  // a finished build's log is final (a late line of a cancelled step)
   data_.append(s.data(), s.size());
   if (data_.size() > max_ + max_ / 4) {
     size_t drop = data_.size() - max_;

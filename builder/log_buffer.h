@@ -26,8 +26,10 @@ namespace kiln {
 class LogBuffer {
  public:
   explicit LogBuffer(size_t max_bytes = 4 << 20) : max_(max_bytes < 1024 ? 1024 : max_bytes) {}
+  /// Appends `s`; ignored once closed (what a cancelled step still writes after the build
+  /// ended must not change its final log).
   void Append(std::string_view s);
-  void Close();  // the log is complete
+  void Close();  // the log is complete and final
   struct Chunk {
     std::string text;        // valid UTF-8
     size_t offset = 0;       // where `text` starts (may be > requested if bytes were dropped)

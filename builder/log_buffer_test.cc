@@ -132,3 +132,24 @@ TEST(LogBuffer, ShrinkKeepsTheTailAndReleasesMemory) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A cancelled build's step may still write after the build ended (a checkout finishing, the
+// builder's last output): the closed log, and so log_tail and build_log, stay as they were.
+TEST(LogBuffer, ALateLineAfterCloseDoesNotChangeTheFinalLog) {
+  LogBuffer log(4096);
+  log.Append("kiln: cancelled by request\n");
+  log.Close();
+  const std::string before = log.Tail(1024);
+  log.Append("kiln: checked out 0123456789ab (1 files written, 64 ms)\n");
+  EXPECT_EQ(log.Tail(1024), before);
+  EXPECT_EQ(log.size(), before.size());
+  LogBuffer::Chunk c = log.Read(0, 4096);
+  EXPECT_EQ(c.text, "kiln: cancelled by request\n");
+  EXPECT_TRUE(c.complete);
+}
+
+}  // namespace
+}  // namespace kiln

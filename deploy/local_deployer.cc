@@ -356,12 +356,10 @@ bool LocalDeployer::StartAndCheck(Candidate* cand, const std::vector<std::string
   st = NetnsDialer::Open(cand->proc->sandbox_pid(), &cand->dialer);
   if (!st.ok()) {
     // Usually the process already exited (a crash at start-up): report that, with its output.
-    auto until = Clock::now() + std::chrono::seconds(1);
+    // Waits (up to 1 s) for the supervision to end: the exit, and the output's last words.
+    cand->proc->DrainOutput(std::chrono::seconds(1));
     int code = 0;
-    bool exited = false;
-    while (!(exited = cand->proc->Exited(&code)) && Clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    cand->proc->DrainOutput(std::chrono::milliseconds(500));
+    const bool exited = cand->proc->Exited(&code);
     std::string what =
         exited ? "the process exited with status " + std::to_string(code) + " before it was healthy"
                : "cannot enter the candidate's network: " + st.message();

@@ -819,7 +819,7 @@ json McpResponseStream::Render(size_t index, const ToolResult& result) const {
       if (!found || !call.task) {
         return JsonRpcError(
             id, rpc::kInvalidParams,
-            call.task->kind == "deploy"
+            call.task && call.task->kind == "deploy"
                 ? "Task not found: kiln no longer knows this deploy (it keeps the "
                   "recent ones); candidate_status shows the deployed build"
                 : "Task not found: its build is no longer in the candidate's history "
