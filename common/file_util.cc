@@ -1,12 +1,16 @@
 #include "common/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -84,6 +88,27 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, mode
   }
   if (durability == Durability::kAtomicOnly) return Status::Ok();
   return SyncDirectory(ParentOf(path));
+}
+
+size_t RemoveOrphanTempFiles(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  size_t removed = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t at = name.rfind(".tmp-");
+    if (at == std::string::npos || at == 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+    if (pid <= 0 || *end != '-' || !std::isdigit(static_cast<unsigned char>(end[1]))) continue;
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;
+    struct stat st;
+    const std::string path = dir + "/" + name;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(path.c_str()) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
 }
 
 FileLock::FileLock(const std::string& path, int op) {

@@ -26,6 +26,11 @@ enum class Durability { kDurable, kAtomicOnly };
 Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644,
                        Durability durability = Durability::kDurable);
 
+/// Removes the temporary files WriteFileAtomic left in `dir` (not below it) when its writer was
+/// killed between create and rename ("<name>.tmp-<pid>-<n>" whose <pid> is no live process,
+/// nor this one). Returns how many went. For start-up, after a kill -9.
+size_t RemoveOrphanTempFiles(const std::string& dir);
+
 /// Reads the whole file `path` (binary) into *out. False, *out unchanged, when it cannot be
 /// opened or read.
 bool ReadFile(const std::string& path, std::string* out);

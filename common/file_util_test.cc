@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -42,6 +43,28 @@ TEST_F(FileUtilTest, WritesContentAndModeAndLeavesNoTemporary) {
   size_t entries = 0;
   for (auto& e : fs::directory_iterator(dir_)) entries += 1, (void)e;
   EXPECT_EQ(entries, 1u);
+}
+
+TEST_F(FileUtilTest, OrphanTemporariesOfADeadWriterAreRemovedOthersStay) {
+  // A writer that is gone: a child that has exited and been reaped.
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(dead, &status, 0), dead);
+  const std::string orphan = "k.json.tmp-" + std::to_string(dead) + "-7";
+  const std::string mine = "k.json.tmp-" + std::to_string(::getpid()) + "-8";
+  const std::string live = "k.json.tmp-1-9";  // init: alive
+  for (const std::string& n : {orphan, mine, live, std::string("k.json"),
+                               std::string("notes.tmp-") + std::to_string(dead)})
+    std::ofstream(dir_ + "/" + n) << "x";
+  fs::create_directory(dir_ + "/d.tmp-" + std::to_string(dead) + "-1");  // not a file: stays
+  EXPECT_EQ(RemoveOrphanTempFiles(dir_), 1u);
+  EXPECT_FALSE(fs::exists(dir_ + "/" + orphan));
+  for (const std::string& n : {mine, live, std::string("k.json")})
+    EXPECT_TRUE(fs::exists(dir_ + "/" + n)) << n;
+  EXPECT_TRUE(fs::exists(dir_ + "/notes.tmp-" + std::to_string(dead)));  // not <pid>-<n>
+  EXPECT_EQ(RemoveOrphanTempFiles(dir_ + "/missing"), 0u);
 }
 
 TEST_F(FileUtilTest, ReplacesASymlinkInsteadOfWritingThroughIt) {

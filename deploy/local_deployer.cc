@@ -122,6 +122,9 @@ LocalDeployer::LocalDeployer(std::string domain, LocalDeploy config, RegistryEnd
   // Roots of an earlier kiln process: their sandboxes died with it (--die-with-parent).
   std::error_code ec;
   fs::remove_all(fs::path(work_dir_) / "rootfs", ec);
+  // Blobs and image records an earlier kiln was writing when it was killed.
+  RemoveOrphanTempFiles((fs::path(work_dir_) / "blobs" / "sha256").string());
+  RemoveOrphanTempFiles((fs::path(work_dir_) / "images").string());
 }
 
 LocalDeployer::~LocalDeployer() { Shutdown(); }

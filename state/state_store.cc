@@ -418,6 +418,12 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
     if (!c.ok()) summary->notes.push_back("compaction after load failed: " + c.ToString());
   }
 
+  // A kiln killed while writing a build key leaves its temporary file: gone at the next start.
+  if (!options_.keys_dir.empty())
+    if (size_t n = RemoveOrphanTempFiles(options_.keys_dir); n > 0)
+      summary->notes.push_back("removed " + std::to_string(n) +
+                               " temporary build-key file(s) of an earlier kiln");
+
   summary->builds = model_->builds.size();
   summary->deploys = model_->latest_deploy.size();
   summary->interrupted = std::move(active);

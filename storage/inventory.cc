@@ -56,14 +56,14 @@ Usage Measure(const std::string& path) {
 }
 
 // Issue 19: the writer's pid of a temporary file kiln writes beside the entries of a cache
-// directory and renames into place: ".tmp-<pid>-<n>" (layered outputs) or "<hex>.tmp<pid>"
-// (local deploy blobs); 0 when `name` is not one.
+// directory and renames into place: ".tmp-<pid>-<n>" (layered outputs), "<hex>.tmp<pid>" or
+// "<hex>.tmp-<pid>-<n>" (local deploy blobs, WriteFileAtomic); 0 when `name` is not one.
 pid_t TempWriter(const std::string& name) {
   size_t at = std::string::npos;
   if (name.rfind(".tmp-", 0) == 0)
     at = 5;
   else if (size_t t = name.rfind(".tmp"); t != std::string::npos && t > 0)
-    at = t + 4;
+    at = name.compare(t, 5, ".tmp-") == 0 ? t + 5 : t + 4;  // WriteFileAtomic: ".tmp-<pid>-<n>"
   if (at == std::string::npos || at >= name.size() ||
       !isdigit(static_cast<unsigned char>(name[at])))
     return 0;
