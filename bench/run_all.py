@@ -400,6 +400,7 @@ def report(summary, seconds):
            "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0]},
            "kiln": KILN, "rows": rows,
            "parts_median_ms": {r: {k: statistics.median(v) for k, v in p.items()} for r, p in parts.items()},
+           "parts_samples_ms": parts,
            "on_push_bench": on_push}
     with open(os.path.join(OUT, "latency.json"), "w") as f:
         json.dump(doc, f, indent=2)
