@@ -39,8 +39,10 @@ class OciLayoutPusherTest : public ::testing::Test {
     for (int i = 0; i < 4; ++i) layers_.push_back(Blob("layer " + std::to_string(i)));
     json m = {{"schemaVersion", 2},
               {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
-              {"config", {{"mediaType", "application/vnd.oci.image.config.v1+json"},
-                          {"digest", config_}, {"size", 24}}},
+              {"config",
+               {{"mediaType", "application/vnd.oci.image.config.v1+json"},
+                {"digest", config_},
+                {"size", 24}}},
               {"layers", json::array()}};
     for (const auto& l : layers_)
       m["layers"].push_back(

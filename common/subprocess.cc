@@ -1,11 +1,14 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -32,8 +35,9 @@ constexpr int kStageExec = 3;
 constexpr int kStageConfine = 4;
 
 constexpr int kMaxMappedFds = 16;
-constexpr int kMaxMounts = 16;
+constexpr int kMaxMounts = 64;
 constexpr int kMaxRlimits = 8;
+constexpr int kMaxGroups = 64;
 
 enum ConfineStep : int {
   kStepUnshare = 1,
@@ -46,6 +50,8 @@ enum ConfineStep : int {
   kStepUid,
   kStepNoNewPrivs,
   kStepDeathSignal,
+  kStepNetwork,
+  kStepProc,
 };
 
 const char* StepName(int step) {
@@ -70,6 +76,10 @@ const char* StepName(int step) {
       return "no_new_privs";
     case kStepDeathSignal:
       return "parent-death signal";
+    case kStepNetwork:
+      return "network namespace";
+    case kStepProc:
+      return "/proc";
     default:
       return "setup";
   }
@@ -110,6 +120,9 @@ struct ChildPlan {
   pid_t parent_pid;
   // Issue 18: ChildConfinement, as pointers into the spec (the child must not allocate).
   bool confine;
+  bool new_pid_namespace;
+  bool mount_proc;
+  bool new_net_namespace;
   bool new_mount_namespace;
   int n_mounts;
   struct Mount {
@@ -119,6 +132,7 @@ struct ChildPlan {
     unsigned long flags;
     const char* data;  // nullptr: none
     bool make_target;
+    ChildMount::When when;
   } mounts[kMaxMounts];
   int n_rlimits;
   int rlimit_resource[kMaxRlimits];
@@ -126,20 +140,51 @@ struct ChildPlan {
   bool set_user;
   uid_t uid;
   gid_t gid;
+  int n_groups;
+  gid_t groups[kMaxGroups];
   bool no_new_privs;
 };
+
+// Brings the loopback interface of the current network namespace up; async-signal-safe.
+bool LoopbackUp() {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  bool ok = ::ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  ok = ok && ::ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return ok;
+}
 
 // Applies the plan's ChildConfinement (see subprocess.h for the order); async-signal-safe.
 // The user switch uses the raw system calls: they change this (only) thread's credentials,
 // with none of libc's cross-thread broadcast, which a forked child does not need.
 void ChildConfine(const ChildPlan& p, int rep) {
+  if (p.new_net_namespace) {
+    if (::unshare(CLONE_NEWNET) != 0 || !LoopbackUp())
+      ChildFail(rep, kStageConfine, errno, kStepNetwork);
+  }
   if (p.new_mount_namespace) {
     if (::unshare(CLONE_NEWNS) != 0) ChildFail(rep, kStageConfine, errno, kStepUnshare);
     if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
       ChildFail(rep, kStageConfine, errno, kStepPrivate);
   }
+  if (p.mount_proc &&
+      ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    ChildFail(rep, kStageConfine, errno, kStepProc);
   for (int i = 0; i < p.n_mounts; ++i) {
     const ChildPlan::Mount& m = p.mounts[i];
+    if (m.when != ChildMount::When::kAlways) {
+      struct stat st;
+      const bool dir = m.when == ChildMount::When::kIfDirectory;
+      if (::stat(m.target, &st) != 0 || (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)))
+        continue;
+    }
     if (m.make_target && ::mkdir(m.target, 0755) != 0 && errno != EEXIST)
       ChildFail(rep, kStageConfine, errno, kStepMkdir);
     if (::mount(m.source, m.target, m.fstype, m.flags, m.data) != 0)
@@ -152,7 +197,7 @@ void ChildConfine(const ChildPlan& p, int rep) {
       ChildFail(rep, kStageConfine, errno, kStepRlimit);
   }
   if (p.set_user) {
-    if (::syscall(SYS_setgroups, 0, nullptr) != 0)
+    if (::syscall(SYS_setgroups, p.n_groups, p.n_groups > 0 ? p.groups : nullptr) != 0)
       ChildFail(rep, kStageConfine, errno, kStepGroups);
     if (::syscall(SYS_setresgid, p.gid, p.gid, p.gid) != 0)
       ChildFail(rep, kStageConfine, errno, kStepGid);
@@ -164,7 +209,8 @@ void ChildConfine(const ChildPlan& p, int rep) {
   if (p.die_with_parent) {  // a uid change cleared it
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
       ChildFail(rep, kStageConfine, errno, kStepDeathSignal);
-    if (::getppid() != p.parent_pid) ::_exit(127);
+    // PID 1 of a new PID namespace sees no parent (0).
+    if (::getppid() != (p.new_pid_namespace ? 0 : p.parent_pid)) ::_exit(127);
   }
 }
 
@@ -173,7 +219,8 @@ void ChildConfine(const ChildPlan& p, int rep) {
   if (p.new_group) ::setpgid(0, 0);
   if (p.die_with_parent) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != p.parent_pid) ::_exit(127);  // the parent is already gone
+    // The parent is already gone (PID 1 of a new PID namespace sees no parent: 0).
+    if (::getppid() != (p.new_pid_namespace ? 0 : p.parent_pid)) ::_exit(127);
   }
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
@@ -330,6 +377,8 @@ Status Spawn(const SpawnSpec& spec, pid_t* pid) {
   plan.die_with_parent = spec.die_with_parent;
   plan.parent_pid = ::getpid();
   plan.confine = spec.confine.has_value();
+  plan.new_pid_namespace = plan.mount_proc = plan.new_net_namespace = false;
+  plan.n_groups = 0;
   plan.new_mount_namespace = false;
   plan.n_mounts = plan.n_rlimits = 0;
   plan.set_user = plan.no_new_privs = false;
@@ -338,16 +387,24 @@ Status Spawn(const SpawnSpec& spec, pid_t* pid) {
   if (spec.confine) {
     const ChildConfinement& c = *spec.confine;
     if (c.mounts.size() > static_cast<size_t>(kMaxMounts) ||
-        c.rlimits.size() > static_cast<size_t>(kMaxRlimits))
-      return Status::InvalidArgument("too many mounts or limits for a child");
+        c.rlimits.size() > static_cast<size_t>(kMaxRlimits) ||
+        c.groups.size() > static_cast<size_t>(kMaxGroups))
+      return Status::InvalidArgument("too many mounts, limits or groups for a child");
+    if (c.mount_proc && !(c.new_pid_namespace && c.new_mount_namespace))
+      return Status::InvalidArgument("a new /proc needs new PID and mount namespaces");
+    plan.new_pid_namespace = c.new_pid_namespace;
+    plan.mount_proc = c.mount_proc;
+    plan.new_net_namespace = c.new_net_namespace;
     plan.new_mount_namespace = c.new_mount_namespace;
+    for (gid_t g : c.groups) plan.groups[plan.n_groups++] = g;
     for (const ChildMount& m : c.mounts) {
       plan.mounts[plan.n_mounts++] = {m.source.c_str(),
                                       m.target.c_str(),
                                       m.fstype.empty() ? nullptr : m.fstype.c_str(),
                                       m.flags,
                                       m.data.empty() ? nullptr : m.data.c_str(),
-                                      m.make_target};
+                                      m.make_target,
+                                      m.when};
     }
     for (const auto& [resource, value] : c.rlimits) {
       plan.rlimit_resource[plan.n_rlimits] = resource;
@@ -361,7 +418,11 @@ Status Spawn(const SpawnSpec& spec, pid_t* pid) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return Status::Internal("pipe: " + ErrnoText(errno));
   UniqueFd report_r(p[0]), report_w(p[1]);
-  pid_t child = ::fork();
+  // A new PID namespace: clone as fork does (same stack, SIGCHLD), the child is its PID 1.
+  pid_t child = plan.new_pid_namespace
+                    ? static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr,
+                                                   nullptr, nullptr, nullptr))
+                    : ::fork();
   if (child < 0) return Status::Internal("fork: " + ErrnoText(errno));
   if (child == 0) ChildExec(plan, report_w.get());
   if (spec.new_process_group) ::setpgid(child, child);  // also done by the child; either wins

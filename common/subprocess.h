@@ -66,23 +66,37 @@ struct ChildMount {
   std::string data;
   /// mkdir(target, 0755) first (EEXIST is fine).
   bool make_target = false;
+  /// Only when the target (followed) exists as: anything (kAlways: must succeed), a directory,
+  /// or a regular file; otherwise the mount is skipped (as `[ -d X ] && mount ...`).
+  enum class When { kAlways, kIfDirectory, kIfRegularFile };
+  When when = When::kAlways;
 };
 
 /// Issue 18: what a chain of `unshare --mount` + a mount script + `prlimit` + `setpriv` did
-/// before exec'ing a sandbox, done by the forked child itself with plain system calls (no
-/// process starts). Applied in this order, after the descriptors and before chdir/execve:
-/// a private mount namespace (every mount recursively private, so nothing propagates back to
-/// the host), `mounts` in order, `rlimits` (soft = hard), the user switch (no supplementary
-/// groups, then gid, then uid, real/effective/saved), PR_SET_NO_NEW_PRIVS, and the
-/// parent-death signal again (a uid change clears it). Any failure ends the child before exec
+/// (or `unshare --net --pid --fork --mount-proc`) before exec'ing a sandbox, done by the forked
+/// child itself with plain system calls (no process starts). Applied in this order, after the
+/// descriptors and before chdir/execve: the network namespace (loopback up), a private mount
+/// namespace (every mount recursively private, so nothing propagates back to the host), /proc,
+/// `mounts` in order, `rlimits` (soft = hard), the user switch (`groups`, then gid, then uid,
+/// real/effective/saved), PR_SET_NO_NEW_PRIVS, and the parent-death signal again (a uid change
+/// clears it). Any failure ends the child before exec
 /// and Spawn reports it (Internal, naming the step). Plain value type.
 struct ChildConfinement {
+  /// The child is started with clone(CLONE_NEWPID) instead of fork: it is PID 1 of a new PID
+  /// namespace (everything it leaves behind dies with it); with `mount_proc`, /proc is mounted
+  /// anew in its (then required) new mount namespace.
+  bool new_pid_namespace = false;
+  bool mount_proc = false;
+  /// A new network namespace with only the loopback interface, brought up.
+  bool new_net_namespace = false;
   bool new_mount_namespace = false;
   std::vector<ChildMount> mounts;
   /// {RLIMIT_*, value}: soft and hard limit.
   std::vector<std::pair<int, uint64_t>> rlimits;
   /// {uid, gid}; nullopt: keep kiln's.
   std::optional<std::pair<uid_t, gid_t>> user;
+  /// Supplementary groups given with the user switch (none by default).
+  std::vector<gid_t> groups;
   bool no_new_privs = false;
 };
 

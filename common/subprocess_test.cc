@@ -223,12 +223,75 @@ TEST(SubprocessTest, FailedConfinementIsReportedAndLeavesNoChild) {
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // reaped
 }
 
+TEST(SubprocessTest, ConfinedChildIsPidOneOfItsOwnNamespacesWithOnlyLoopback) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->new_pid_namespace = true;
+  spec.confine->new_mount_namespace = true;
+  spec.confine->mount_proc = true;
+  spec.confine->new_net_namespace = true;
+  // $$ is 1; /proc shows this namespace only (sh, ls and grep); lo is the only interface, up.
+  std::string out = RunShell(
+      "echo $$; ls /proc | grep -c '^[0-9]'; ip -o link | wc -l; "
+      "ip -o link show lo | grep -c '[<,]UP[,>]'",
+      spec);
+  EXPECT_EQ(out, "1\n3\n1\n1\n");
+}
+
+TEST(SubprocessTest, ConfinedChildInANewPidNamespaceDiesWithTheSpawningThread) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
+  pid_t pid = -1;
+  std::thread t([&] {
+    SpawnSpec spec;
+    spec.path = "/bin/sleep";
+    spec.argv = {"sleep", "30"};
+    spec.confine.emplace();
+    spec.confine->new_pid_namespace = true;
+    ASSERT_TRUE(Spawn(spec, &pid).ok());
+  });
+  t.join();
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitForExit(pid), 128 + SIGKILL);
+}
+
+TEST(SubprocessTest, ConditionalMountsAreSkippedWhenTheTargetIsMissingOrOfAnotherType) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (mount namespace)";
+  char tmpl[] = "/tmp/kiln-confine-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(::mkdir((dir + "/d").c_str(), 0755), 0);
+  ASSERT_EQ(::close(::open((dir + "/d/secret").c_str(), O_CREAT | O_WRONLY, 0644)), 0);
+  std::system(("echo hush > '" + dir + "/f'").c_str());
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->new_mount_namespace = true;
+  using W = ChildMount::When;
+  spec.confine->mounts = {
+      {"kiln-hidden", dir + "/d", "tmpfs", MS_RDONLY, "size=4k,mode=0700", false, W::kIfDirectory},
+      {"/dev/null", dir + "/f", "", MS_BIND, "", false, W::kIfRegularFile},
+      {"kiln-hidden", dir + "/f", "tmpfs", MS_RDONLY, "", false, W::kIfDirectory},  // a file
+      {"kiln-hidden", dir + "/none", "tmpfs", MS_RDONLY, "", false, W::kIfDirectory}};
+  std::string out = RunShell("ls -A " + dir + "/d | wc -l; cat " + dir + "/f | wc -c", spec);
+  EXPECT_EQ(out, "0\n0\n");
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(SubprocessTest, ConfinedChildGetsTheGivenSupplementaryGroups) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (the user switch)";
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->user = std::make_pair(uid_t{65534}, gid_t{65534});
+  spec.confine->groups = {65534, 4242};
+  EXPECT_EQ(RunShell("id -G", spec), "65534 4242\n");
+}
+
 TEST(SubprocessTest, TooManyMountsAreRefusedBeforeForking) {
   SpawnSpec spec;
   spec.path = "/bin/true";
   spec.argv = {"true"};
   spec.confine.emplace();
-  spec.confine->mounts.resize(17);
+  spec.confine->mounts.resize(65);
   pid_t pid = 123;
   EXPECT_EQ(Spawn(spec, &pid).code(), Status::Code::kInvalidArgument);
 }

@@ -23,8 +23,8 @@ class FakeServer {
   using Handler = std::function<Response(const Request&)>;
   explicit FakeServer(Handler h)
       : handler_(std::move(h)),
-        acceptor_(ioc_, boost::asio::ip::tcp::endpoint(
-                            boost::asio::ip::make_address("127.0.0.1"), 0)) {
+        acceptor_(ioc_,
+                  boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
     port_ = acceptor_.local_endpoint().port();
     thread_ = std::thread([this] { Loop(); });
   }
