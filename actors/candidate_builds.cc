@@ -514,7 +514,7 @@ void CandidateBuilds::Execute(Record& r, Effects* out) {
   // Issue 19: the candidate's storage and workspace are leased until the build is final;
   // registry waits count against the build's timeout.
   out->push_back(LeaseEffect{r.snap.id});
-  out->push_back(BuildPhaseEffect{r.snap.id, r.key, r.snap.commit, r.req.source_dir, r.log,
+  out->push_back(BuildPhaseEffect{r.snap.id, r.key, r.snap.commit, r.tree, r.req.source_dir, r.log,
                                   r.cancel, r.started + std::chrono::seconds(opts_.timeout_s)});
 }
 

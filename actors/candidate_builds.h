@@ -112,6 +112,7 @@ struct BuildPhaseEffect {  // run checkout + build on the worker; answer with Wo
   BuildId id;
   std::string key;
   std::string commit;
+  std::string tree;  // issue 18: the commit's tree as resolved (empty: the checkout derives it)
   std::optional<std::string> source_dir;
   std::shared_ptr<LogBuffer> log;
   std::shared_ptr<CancelToken> cancel;

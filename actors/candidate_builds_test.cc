@@ -172,6 +172,7 @@ TEST_F(CandidateBuildsTest, HappyPathGoesThroughEveryPhase) {
   auto build = All<BuildPhaseEffect>(fx);
   ASSERT_EQ(build.size(), 1u);
   EXPECT_EQ(build[0].commit, std::string(40, 'c'));
+  EXPECT_EQ(build[0].tree, std::string(40, 't'));  // issue 18: the checkout need not derive it
   EXPECT_EQ(build[0].deadline, now_ + std::chrono::seconds(100));
   EXPECT_TRUE(Has<LeaseEffect>(fx));
   EXPECT_TRUE(c.worker_busy());

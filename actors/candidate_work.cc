@@ -135,7 +135,7 @@ WorkDone BuildPhase(const DomainEnv& env, const std::string& candidate, const Bu
     Status st;
     {
       FileLock shared(env.domain_dir + "/repo.lock", LOCK_SH);
-      st = Checkout::Update(*env.repo, e.commit, job.source_dir, &cs);
+      st = Checkout::Update(*env.repo, e.commit, job.source_dir, &cs, e.tree);
     }
     d.parts["checkout_ms"] = Ms(Clock::now() - t0);
     if (!st.ok()) {

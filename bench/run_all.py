@@ -109,9 +109,20 @@ def sample(row, ms):
     samples.setdefault(row, []).append(round(ms, 1))
 
 
-def sample_parts(row, s):
-    for k, v in ((s.get("timings") or {}).get("parts") or {}).items():
+def sample_parts(row, s, ms=None):
+    t = s.get("timings") or {}
+    for k, v in (t.get("parts") or {}).items():
         parts.setdefault(row, {}).setdefault(k, []).append(v)
+    # Where the rest goes: the phases kiln reports, and what is outside them (resolve, actor
+    # hops, journal writes, the push lane; and, from the client's clock, the MCP round trip).
+    for k in ("queued_ms", "build_ms", "push_ms", "total_ms"):
+        if isinstance(t.get(k), (int, float)):
+            parts.setdefault(row, {}).setdefault("t." + k, []).append(t[k])
+    if all(isinstance(t.get(k), (int, float)) for k in ("queued_ms", "build_ms", "push_ms", "total_ms")):
+        parts.setdefault(row, {}).setdefault("t.between_phases_ms", []).append(
+            t["total_ms"] - t["queued_ms"] - t["build_ms"] - t["push_ms"])
+        if ms is not None:
+            parts.setdefault(row, {}).setdefault("t.outside_total_ms", []).append(round(ms - t["total_ms"], 1))
 
 
 def expect(s, status, row):
@@ -219,14 +230,14 @@ def bench(src, host, auth, summary):
             ms, s = lay.build("c1")
             expect(s, "succeeded", "layered")
             sample("layered", ms)
-            sample_parts("layered", s)
+            sample_parts("layered", s, ms)
             line += f", layered {ms:.0f} ms"
         if "containerfile" in ROWS:
             push(src, "cf", "c1", f"change {i}")
             ms, s = cf.build("c1")
             expect(s, "succeeded", "containerfile")
             sample("containerfile", ms)
-            sample_parts("containerfile", s)
+            sample_parts("containerfile", s, ms)
             line += f", containerfile {ms:.0f} ms"
         if "bare" in ROWS:
             b, p = bare()
@@ -389,6 +400,7 @@ def report(summary, seconds):
            "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0]},
            "kiln": KILN, "rows": rows,
            "parts_median_ms": {r: {k: statistics.median(v) for k, v in p.items()} for r, p in parts.items()},
+           "parts_samples_ms": parts,
            "on_push_bench": on_push}
     with open(os.path.join(OUT, "latency.json"), "w") as f:
         json.dump(doc, f, indent=2)

@@ -3,6 +3,7 @@
 #include "builder/base_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 
 #include "builder/buildah_builder.h"
 
@@ -65,15 +66,17 @@ TEST(BaseStore, StoredNamesFromImagesJson) {
 }
 
 TEST(BaseStore, BuildsMountItReadOnlyAndOnlyTheLoaderWritable) {
-  const std::string ro = BuildahBuilder::BaseStoreMount("/s/cache/bases/u999", false);
-  EXPECT_NE(ro.find("mount --bind -o ro '/s/cache/bases/u999' '/run/kiln-build/bases'"),
-            std::string::npos)
-      << ro;
-  const std::string rw = BuildahBuilder::BaseStoreMount("/s/cache/bases/u999", true);
-  EXPECT_EQ(rw.find("-o ro"), std::string::npos) << rw;
-  EXPECT_NE(rw.find("mount --bind '/s/cache/bases/u999' '/run/kiln-build/bases'"),
-            std::string::npos)
-      << rw;
+  const std::vector<ChildMount> ro = BuildahBuilder::BaseStoreMounts("/s/cache/bases/u999", false);
+  ASSERT_EQ(ro.size(), 2u);
+  EXPECT_EQ(ro[0].source, "/s/cache/bases/u999");
+  EXPECT_EQ(ro[0].target, "/run/kiln-build/bases");
+  EXPECT_EQ(ro[0].flags, static_cast<unsigned long>(MS_BIND));
+  EXPECT_TRUE(ro[0].make_target);
+  EXPECT_EQ(ro[1].target, "/run/kiln-build/bases");
+  EXPECT_EQ(ro[1].flags, static_cast<unsigned long>(MS_REMOUNT | MS_BIND | MS_RDONLY));
+  const std::vector<ChildMount> rw = BuildahBuilder::BaseStoreMounts("/s/cache/bases/u999", true);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].flags, static_cast<unsigned long>(MS_BIND));
 }
 
 }  // namespace

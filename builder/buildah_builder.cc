@@ -4,6 +4,8 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -175,10 +177,11 @@ std::string BuildahBuilder::RegistryHost(const std::string& url) {
   return s;
 }
 
-std::string BuildahBuilder::BaseStoreMount(const std::string& store, bool writable) {
+std::vector<ChildMount> BuildahBuilder::BaseStoreMounts(const std::string& store, bool writable) {
   const std::string at = std::string(kSandboxRoot) + "/bases";
-  return "mkdir " + ShellQuote(at) + "\nmount --bind " + (writable ? "" : "-o ro ") +
-         ShellQuote(store) + " " + ShellQuote(at) + "\n";
+  std::vector<ChildMount> m = {{store, at, "", MS_BIND, "", /*make_target=*/true}};
+  if (!writable) m.push_back({"", at, "", MS_REMOUNT | MS_BIND | MS_RDONLY, "", false});
+  return m;
 }
 
 std::string BuildahBuilder::ShellQuote(const std::string& s) {
@@ -447,50 +450,68 @@ ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& us
                                         bool bases_writable) const {
   const std::string m = kSandboxRoot;
   const std::string b = job.storage_dir + "/rootless";
-  auto q = ShellQuote;
-  std::ostringstream s;
-  s << "set -eu\n";
+  // Issue 18: kiln's child sets all of this up with system calls (ChildConfinement) and execs
+  // the build user's shell; before, it was `unshare --net --pid --fork --mount-proc` -> sh ->
+  // ip, ~10 mount/mkdir, prlimit, setpriv, env: ~15 process starts per build.
+  ChildConfinement c;
+  // buildah runs as PID 1's child in its own PID namespace with its own /proc: when it exits or
+  // is killed, the kernel kills every process its RUN steps started, even ones that left the
+  // process group; its mounts vanish with the mount namespace.
+  c.new_pid_namespace = true;
+  c.new_mount_namespace = true;
+  c.mount_proc = true;
   // Loopback only: build steps can talk to themselves, to nothing else.
-  if (job.build.network != "host") s << "ip link set lo up\n";
+  c.new_net_namespace = job.build.network != "host";
   // A private tree the build user can reach: its directory, its domain's cache, the source.
-  s << "mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev kiln-build " << q(m) << "\n"
-    << "mkdir " << q(m + "/c") << " " << q(m + "/cache") << "\n"
-    << "mount --bind " << q(b) << " " << q(m + "/c") << "\n"
-    << "mount --bind " << q(job.cache_dir + "/rootless") << " " << q(m + "/cache") << "\n"
-    << "mount --bind -o ro " << q(job.source_dir) << " " << q(m + "/c/src") << "\n";
+  c.mounts = {{"kiln-build", m, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m", false},
+              {b, m + "/c", "", MS_BIND, "", true},
+              {job.cache_dir + "/rootless", m + "/cache", "", MS_BIND, "", true},
+              {job.source_dir, m + "/c/src", "", MS_BIND, "", false},
+              {"", m + "/c/src", "", MS_REMOUNT | MS_BIND | MS_RDONLY, "", false}};
   // The domain's shared base store: read-only for builds (they can neither change nor delete a
   // base image in it); writable only for kiln's own load script (PrepareBases).
-  s << BaseStoreMount(BaseStoreFor(job.cache_dir, user.uid).store, bases_writable);
+  for (ChildMount& x : BaseStoreMounts(BaseStoreFor(job.cache_dir, user.uid).store, bases_writable))
+    c.mounts.push_back(std::move(x));
+  using When = ChildMount::When;
+  auto hide_dir = [&](const std::string& d) {
+    c.mounts.push_back(
+        {"kiln-hidden", d, "tmpfs", MS_RDONLY, "size=4k,mode=0700", false, When::kIfDirectory});
+  };
   // Hide kiln's state, HOME and credential from anything that gets out of buildah's chroot.
   std::set<std::string> hide = {StateDirOf(job.storage_dir)};
   if (!job.home_dir.empty()) hide.insert(job.home_dir);
-  for (const auto& h : hide)
-    s << "[ ! -d " << q(h) << " ] || mount -t tmpfs -o ro,size=4k,mode=0700 kiln-hidden " << q(h)
-      << "\n";
+  for (const auto& h : hide) hide_dir(h);
   // Every secret kiln knows of, of every domain (not just this one's registry credential).
   std::vector<std::string> secret_files, secret_dirs;
   SecretPaths(site_.get(), job, &secret_files, &secret_dirs);
   for (const auto& f : secret_files)
-    s << "[ ! -f " << q(f) << " ] || mount --bind /dev/null " << q(f) << "\n";
-  for (const auto& d : secret_dirs)
-    s << "[ ! -d " << q(d) << " ] || mount -t tmpfs -o ro,size=4k,mode=0700 kiln-hidden " << q(d)
-      << "\n";
+    c.mounts.push_back({"/dev/null", f, "", MS_BIND, "", false, When::kIfRegularFile});
+  for (const auto& d : secret_dirs) hide_dir(d);
   const int64_t fsize = job.build.max_file_mb * 1024 * 1024;
-  s << "exec prlimit --fsize=" << fsize << ":" << fsize << " setpriv --reuid=" << user.uid
-    << " --regid=" << user.gid << " --init-groups env -i PATH=" << kPath
-    << " HOME=" << q(m + "/c/home") << " XDG_RUNTIME_DIR=" << q(m + "/c/xdg")
-    << " TMPDIR=" << q(m + "/cache") << " LANG=C.UTF-8 BUILDAH_LAYERS=true STORAGE_DRIVER=overlay"
-    << " BUILDAH_ISOLATION=chroot /bin/sh -c " << q(inner_script) << "\n";
+  c.rlimits = {{RLIMIT_FSIZE, static_cast<uint64_t>(fsize)}};
+  // The build user with its own groups (as `setpriv --init-groups`); no no_new_privs: rootless
+  // buildah needs the setuid newuidmap/newgidmap helpers.
+  c.user = std::make_pair(user.uid, user.gid);
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (::getgrouplist(user.name.c_str(), user.gid, groups.data(), &n) >= 0) {
+    groups.resize(static_cast<size_t>(n));
+    c.groups = groups;
+  } else {
+    c.groups = {user.gid};
+  }
   ProcessSpec spec;
-  spec.argv = {"unshare"};
-  if (job.build.network != "host") spec.argv.push_back("--net");
-  // buildah runs as PID 1's child in its own PID namespace with its own /proc: when it exits or
-  // is killed, the kernel kills every process its RUN steps started, even ones that left the
-  // process group; its mounts vanish with the mount namespace.
-  spec.argv.insert(spec.argv.end(), {"--pid", "--fork", "--kill-child", "--mount-proc",
-                                     "--propagation", "private", "/bin/sh", "-c", s.str()});
-  spec.env = std::map<std::string, std::string>{{"PATH", kPath}};
+  spec.argv = {"/bin/sh", "-c", inner_script};
+  spec.env = std::map<std::string, std::string>{{"PATH", kPath},
+                                                {"HOME", m + "/c/home"},
+                                                {"XDG_RUNTIME_DIR", m + "/c/xdg"},
+                                                {"TMPDIR", m + "/cache"},
+                                                {"LANG", "C.UTF-8"},
+                                                {"BUILDAH_LAYERS", "true"},
+                                                {"STORAGE_DRIVER", "overlay"},
+                                                {"BUILDAH_ISOLATION", "chroot"}};
   spec.cwd = "/";
+  spec.confine = std::move(c);
   return spec;
 }
 

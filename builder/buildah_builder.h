@@ -2,14 +2,16 @@
 // (docs/security.md).
 //
 // Build: buildah runs as the domain's build user (build.user, e.g. `kiln-build`; never root,
-// never kiln's uid) in rootless mode with `--storage-driver overlay`, inside
-// `unshare [--net] --pid --fork --kill-child --mount-proc` started as root: a PID namespace
+// never kiln's uid) in rootless mode with `--storage-driver overlay`, under a shell that kiln's
+// child starts as PID 1 of new namespaces (issue 18: set up with system calls, ChildConfinement
+// in common/subprocess.h, where it used to be `unshare [--net] --pid --fork --kill-child
+// --mount-proc` + a mount script + prlimit + setpriv + env, ~15 process starts): a PID namespace
 // (RUN steps see no host process; everything they start dies with the build), a network
 // namespace with loopback only unless build.network is "host", and a private mount namespace
 // in which the candidate's build directory, the domain's cache and the (read-only) source are
 // bind-mounted under /run/kiln-build while kiln's state directory, HOME and registry auth file
-// are hidden. Then it drops to the build uid (setpriv) with RLIMIT_FSIZE = build.max_file_mb
-// and exactly the environment kiln gives it. Each candidate has its own store
+// are hidden. Then it drops to the build uid (with its groups) with RLIMIT_FSIZE =
+// build.max_file_mb and exactly the environment kiln gives it. Each candidate has its own store
 // (<storage_dir>/rootless, owned by the build uid): concurrent buildah processes on one store
 // race (buildah #5674, #2781, #2521), and a candidate runs one build at a time. Compiler caches
 // (`RUN --mount=type=cache`) live under <cache_dir>/rootless (TMPDIR), one per domain.
@@ -83,9 +85,9 @@ class BuildahBuilder : public Builder {
   /// From `site` (every domain) when given, plus the job's registry.
   static void SecretPaths(const Config* site, const BuildJob& job, std::vector<std::string>* files,
                           std::vector<std::string>* dirs);
-  /// The sandbox script lines that mount the domain's base store `store` on
-  /// <kSandboxRoot>/bases: read-only (every build) unless `writable` (kiln's load script).
-  static std::string BaseStoreMount(const std::string& store, bool writable);
+  /// The build sandbox's mounts of the domain's base store `store` on <kSandboxRoot>/bases:
+  /// read-only (every build) unless `writable` (kiln's load script).
+  static std::vector<ChildMount> BaseStoreMounts(const std::string& store, bool writable);
   /// `s` single-quoted for /bin/sh.
   static std::string ShellQuote(const std::string& s);
 

@@ -249,7 +249,9 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out,
     return res;
   }
   ProcessSpec spec;
-  spec.argv = BwrapArgv(sb);
+  SandboxLaunch launch = SandboxLaunchFor(sb);  // issue 18: no process starts before bwrap
+  spec.argv = std::move(launch.argv);
+  spec.confine = std::move(launch.confine);
   spec.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"}};
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
   if (out)

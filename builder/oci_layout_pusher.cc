@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/sha256.h"
@@ -21,6 +25,7 @@ using json = nlohmann::json;
 constexpr size_t kMaxIndexBytes = 1 << 20;
 constexpr size_t kMaxManifestBytes = 4 << 20;
 constexpr size_t kMaxBlobBytes = size_t{1} << 30;
+constexpr size_t kPushThreads = 3;  // blobs in flight at once (issue 18)
 
 std::string BlobPath(const std::string& digest) { return "blobs/sha256/" + digest.substr(7); }
 
@@ -146,25 +151,55 @@ OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
   Manifest m;
   res.status = LoadManifest(req, &m);
   if (!res.status.ok()) return res;
-  std::set<std::string> done;
-  for (const auto& d : m.blobs) {
-    if (!done.insert(d).second) continue;
-    if (cancel && cancel->cancelled()) {
-      res.status = Status::Cancelled("push cancelled");
-      return res;
-    }
-    bool exists = false;
-    res.status = client->BlobExists(req.repository, d, &exists);
-    if (!res.status.ok()) return res;
-    if (exists) continue;
-    std::string data;
-    res.status = ReadFileBeneath(req.layout_dir, BlobPath(d), kMaxBlobBytes, &data);
-    if (!res.status.ok()) return res;
-    if (out) out("kiln: uploading " + d + " (" + std::to_string(data.size()) + " bytes)\n");
-    res.status = client->PutBlob(req.repository, d, data);  // verifies sha256(data) == d
-    if (!res.status.ok()) return res;
-    ++res.uploaded_blobs;
+  // Issue 18: the blobs concurrently (HEAD, then read + upload when missing), at most
+  // kPushThreads at a time (each upload holds its blob in memory); the first failure stops
+  // the others from starting new blobs. The manifest goes last, only when every blob is there.
+  std::vector<std::string> todo;
+  {
+    std::set<std::string> seen;
+    for (const auto& d : m.blobs)
+      if (seen.insert(d).second) todo.push_back(d);
   }
+  std::mutex mu;  // guards res.status, res.uploaded_blobs and `out`
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto fail = [&](Status st) {
+    std::lock_guard<std::mutex> l(mu);
+    if (res.status.ok()) res.status = std::move(st);
+    failed = true;
+  };
+  auto one = [&](const std::string& d) {
+    bool exists = false;
+    Status st = client->BlobExists(req.repository, d, &exists);
+    if (!st.ok()) return fail(st);
+    if (exists) return;
+    std::string data;
+    st = ReadFileBeneath(req.layout_dir, BlobPath(d), kMaxBlobBytes, &data);
+    if (!st.ok()) return fail(st);
+    if (out) {
+      std::lock_guard<std::mutex> l(mu);
+      out("kiln: uploading " + d + " (" + std::to_string(data.size()) + " bytes)\n");
+    }
+    st = client->PutBlob(req.repository, d, data);  // verifies sha256(data) == d
+    if (!st.ok()) return fail(st);
+    std::lock_guard<std::mutex> l(mu);
+    ++res.uploaded_blobs;
+  };
+  // Each thread carries the caller's registry deadline (issue 19).
+  const RegistryDeadline deadline = CurrentRegistryDeadline();
+  auto worker = [&] {
+    RegistryDeadlineScope in_time(deadline);
+    for (size_t i = next++; i < todo.size() && !failed; i = next++) {
+      if (cancel && cancel->cancelled()) return fail(Status::Cancelled("push cancelled"));
+      one(todo[i]);
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min(todo.size(), kPushThreads);
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (!res.status.ok()) return res;
   if (cancel && cancel->cancelled()) {
     res.status = Status::Cancelled("push cancelled");
     return res;

@@ -1,8 +1,10 @@
 // OciLayoutPusher: pushes one image from an OCI image layout directory (written by the
 // unprivileged build user: `buildah push <image> oci:<dir>:<ref>`) to a registry with kiln's
 // credential, through kiln::RegistryClient. Reads index.json -> the manifest named <ref> ->
-// its config and layers; HEADs each blob and uploads only the missing ones; puts the manifest
-// last under the tag (a failed push never moves the tag); returns the manifest digest.
+// its config and layers; HEADs each blob and uploads only the missing ones, up to three blobs
+// at a time (issue 18: the config and the base layers' HEADs no longer wait behind the app
+// layer's upload); puts the manifest last under the tag, only when every blob is there (a
+// failed push never moves the tag); returns the manifest digest.
 //
 // The layout is untrusted input (the build user owns it): every path is opened below the
 // layout directory without following symlinks, only regular files are read, digests must be
@@ -36,9 +38,11 @@ struct OciPushResult {
   int uploaded_blobs = 0;  // blobs the registry did not have
 };
 
-/// Pushes the image. `out` (may be empty) gets one line per uploaded blob. Observes `cancel`
-/// between blobs. Errors: NotFound/InvalidArgument for a bad or incomplete layout (Internal
-/// when the config is not the expected one), and RegistryClient's statuses for the registry.
+/// Pushes the image. `out` (may be empty) gets one line per uploaded blob (called from the
+/// pushing threads, one at a time). Observes `cancel` between blobs. Carries the caller's
+/// registry deadline (RegistryDeadlineScope) to its threads. Errors: NotFound/InvalidArgument for a
+/// bad or incomplete layout (Internal when the config is not the expected one), and
+/// RegistryClient's statuses for the registry.
 OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
                             const std::function<void(std::string_view)>& out,
                             const CancelToken* cancel);

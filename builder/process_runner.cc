@@ -63,6 +63,7 @@ ProcessResult PosixProcessRunner::Run(const ProcessSpec& spec,
     }
   }
   child.cwd = spec.cwd;
+  child.confine = spec.confine;
 
   SupervisedSpec supervised;
   supervised.spawn = std::move(child);

@@ -18,6 +18,7 @@
 
 #include "common/process_supervisor.h"  // BoundedOutput (the capture's shape)
 #include "common/status.h"
+#include "common/subprocess.h"  // ChildConfinement
 #include "core/cancel_token.h"
 
 namespace kiln {
@@ -37,6 +38,9 @@ struct ProcessSpec {
   /// Output kept in ProcessResult::output: the first 25% and the last 75% of this budget, with a
   /// "[... N bytes elided ...]" line between them when more was produced.
   size_t max_output_bytes = 4 << 20;
+  /// Issue 18: namespace, mounts, limits and user switch set up by the forked child itself
+  /// before exec (common/subprocess.h); nullopt: none.
+  std::optional<ChildConfinement> confine;
 };
 
 struct ProcessResult {

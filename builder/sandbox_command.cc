@@ -1,7 +1,12 @@
 #include "builder/sandbox_command.h"
 
 #include <pwd.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <map>
+#include <utility>
 
 #include "common/names.h"
 
@@ -135,46 +140,42 @@ std::vector<std::string> BwrapArgv(const SandboxSpec& spec) {
   a.insert(a.end(), {"--tmpfs", "/tmp"});
   // With a user, bwrap binds the staged copies (see the file comment) instead of the host paths.
   const std::string stage = spec.stage_dir;
-  std::string setup;  // the private mount namespace's script
-  auto q = ShellQuoteArg;
-  if (spec.user) {
-    setup =
-        "set -eu\n"
-        "fail() { echo \"kiln: the build sandbox could not be set up\" >&2; exit 125; }\n"
-        "trap fail EXIT\n"
-        "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev kiln-sandbox " +
-        q(stage) + "\n" + "mkdir " + q(stage + "/w") + " " + q(stage + "/c") + "\n" +
-        "mount --bind " + q(spec.workspace) + " " + q(stage + "/w") + "\n";
-  }
   a.insert(a.end(), {"--bind", spec.user ? stage + "/w" : spec.workspace, kSandboxWorkspace});
   std::map<std::string, std::string> env = spec.env;
   for (const auto& [var, dir] : spec.caches) {
     std::string inside = std::string(kSandboxCacheRoot) + "/" + var;
-    std::string from = dir;
-    if (spec.user) {
-      from = stage + "/c/" + var;
-      setup += "mkdir " + q(from) + "\nmount --bind " + q(dir) + " " + q(from) + "\n";
-    }
-    a.insert(a.end(), {"--bind", from, inside});
+    a.insert(a.end(), {"--bind", spec.user ? stage + "/c-" + var : dir, inside});
     env[var] = inside;
   }
   a.insert(a.end(), {"--chdir", kSandboxWorkspace});
   for (const auto& [k, v] : env) a.insert(a.end(), {"--setenv", k, v});
   a.push_back("--");
   a.insert(a.end(), spec.command.begin(), spec.command.end());
-  // Limits and the user switch wrap bwrap: every process of the sandbox inherits them.
-  std::vector<std::string> out = PrlimitArgv(spec.limits);
-  if (spec.user) {
-    setup += "trap - EXIT\nexec \"$@\"\n";
-    std::vector<std::string> head = {"unshare", "--mount", "--propagation", "private",
-                                     "/bin/sh", "-c",      setup,           "kiln-sandbox"};
-    head.insert(head.end(), out.begin(), out.end());
-    out = std::move(head);
-    std::vector<std::string> sp = SetprivArgv(*spec.user);
-    out.insert(out.end(), sp.begin(), sp.end());
-  }
-  out.insert(out.end(), a.begin(), a.end());
-  return out;
+  return a;
+}
+
+SandboxLaunch SandboxLaunchFor(const SandboxSpec& spec) {
+  SandboxLaunch l;
+  l.argv = BwrapArgv(spec);
+  ChildConfinement& c = l.confine;
+  // Limits first (as root), inherited by bwrap and everything it starts.
+  auto limit = [&](int resource, int64_t v) {
+    if (v > 0) c.rlimits.emplace_back(resource, static_cast<uint64_t>(v));
+  };
+  limit(RLIMIT_NPROC, spec.limits.max_processes);
+  limit(RLIMIT_AS, spec.limits.max_memory_bytes);
+  limit(RLIMIT_FSIZE, spec.limits.max_file_bytes);
+  if (!spec.user) return l;
+  const std::string& stage = spec.stage_dir;
+  c.new_mount_namespace = true;
+  c.mounts.push_back(
+      {"kiln-sandbox", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k", false});
+  c.mounts.push_back({spec.workspace, stage + "/w", "", MS_BIND, "", true});
+  for (const auto& [var, dir] : spec.caches)
+    c.mounts.push_back({dir, stage + "/c-" + var, "", MS_BIND, "", true});
+  c.user = std::make_pair(static_cast<uid_t>(spec.user->uid), static_cast<gid_t>(spec.user->gid));
+  c.no_new_privs = true;
+  return l;
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// Sandbox command: builds the bubblewrap (bwrap) argv that runs a domain's compile command in a
-// candidate's workspace with nothing else of the host visible: all namespaces unshared (user,
+// Sandbox command: builds the bubblewrap (bwrap) launch that runs a domain's compile command in
+// a candidate's workspace with nothing else of the host visible: all namespaces unshared (user,
 // PID, IPC, UTS, cgroup, and network unless asked; nested user namespaces disabled), a tmpfs root
 // holding only the read-only toolchain binds, /proc, a minimal /dev, a private size-bounded /tmp,
 // the workspace read-write at /workspace and the domain's named caches read-write at
@@ -7,12 +7,16 @@
 // parent.
 //
 // With `user` set (kiln runs as root), bwrap itself runs as that unprivileged host user, never
-// as root: the argv starts `unshare --mount` (a private mount namespace, still root) whose
-// shell script bind-mounts the workspace and caches below `stage_dir` (a fresh tmpfs, reachable
-// by the user even when the state directory is not), then execs
-// `prlimit --nproc --as --fsize setpriv --reuid --regid --clear-groups bwrap ...`. Without
-// `user` (kiln is not root) bwrap runs as kiln's own uid under the same prlimit.
-// Pure functions: no I/O, thread-safe.
+// as root: kiln's forked child (still root) enters a private mount namespace, mounts a fresh
+// tmpfs on `stage_dir` (reachable by the user even when the state directory is not) and
+// bind-mounts the workspace and caches below it, sets the limits (RLIMIT_NPROC, _AS, _FSIZE),
+// switches to the user (no supplementary groups, no_new_privs, parent-death signal) and execs
+// bwrap, which binds the staged paths. Issue 18: this used to be a chain of processes
+// (`unshare --mount` -> /bin/sh with mount/mkdir -> `prlimit` -> `setpriv` -> bwrap; ~8 process
+// starts, 50-70 ms under load before bwrap ran); the same steps are now system calls in the
+// child (ChildConfinement, common/subprocess.h). Without `user` (kiln is not root) bwrap runs as
+// kiln's own uid under the same limits.
+// Pure functions: no I/O (but LookupSandboxUser), thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/subprocess.h"  // ChildConfinement
 
 namespace kiln {
 
@@ -107,8 +112,21 @@ struct SandboxSpec {
 /// limit, or (with a user) a non-normalized stage_dir.
 Status ValidateSandboxSpec(const SandboxSpec& spec);
 
-/// The full argv ("bwrap", options..., "--", command...). Call ValidateSandboxSpec first; the
-/// result for an invalid spec is unspecified. Never fails.
+/// The bwrap argv ("bwrap", options..., "--", command...); with a user, it binds the staged
+/// paths below `stage_dir` (see SandboxLaunchFor). Call ValidateSandboxSpec first; the result
+/// for an invalid spec is unspecified. Never fails.
 std::vector<std::string> BwrapArgv(const SandboxSpec& spec);
+
+/// What to start: the bwrap argv and the child's confinement before it (ProcessSpec::confine).
+struct SandboxLaunch {
+  std::vector<std::string> argv;
+  ChildConfinement confine;
+};
+
+/// The launch of `spec` (see the file comment): with a user, a private mount namespace, the
+/// tmpfs on `stage_dir` and the staged binds (workspace at `stage_dir`/w, each cache at
+/// `stage_dir`/c-<VAR>), the limits, the user switch and no_new_privs; without, the limits
+/// only. Call ValidateSandboxSpec first. Never fails.
+SandboxLaunch SandboxLaunchFor(const SandboxSpec& spec);
 
 }  // namespace kiln

@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -72,7 +74,7 @@ void GiveTo(const SandboxUser& u, const std::string& dir) {
 
 // Runs the sandboxed command through the real ProcessRunner with a clean environment, as the
 // build user (owning the workspace and caches, as LayeredBuilder arranges) when root.
-ProcessResult RunSandboxed(SandboxSpec spec) {
+ProcessResult RunSandboxed(SandboxSpec spec, bool expect_start = true) {
   if (!spec.user) spec.user = TestUser();
   if (spec.user) {
     ::mkdir(spec.stage_dir.c_str(), 0755);
@@ -81,13 +83,17 @@ ProcessResult RunSandboxed(SandboxSpec spec) {
   }
   EXPECT_TRUE(ValidateSandboxSpec(spec).ok()) << ValidateSandboxSpec(spec).ToString();
   ProcessSpec p;
-  p.argv = BwrapArgv(spec);
+  SandboxLaunch launch = SandboxLaunchFor(spec);
+  p.argv = launch.argv;
+  p.confine = launch.confine;
   // bwrap itself gets a marker variable; --clearenv must keep it from the command.
   p.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
                                              {"KILN_SANDBOX_TEST_SECRET", "leak"}};
   p.timeout = std::chrono::seconds(120);
   ProcessResult r = MakePosixProcessRunner()->Run(p, nullptr, nullptr);
-  EXPECT_TRUE(r.start_status.ok()) << r.start_status.ToString();
+  if (expect_start) {
+    EXPECT_TRUE(r.start_status.ok()) << r.start_status.ToString();
+  }
   return r;
 }
 
@@ -145,48 +151,62 @@ TEST(SandboxCommandTest, ArgvShape) {
 }
 
 // Issue 15: the user switch and the limits wrap bwrap; bwrap binds the staged paths.
-TEST(SandboxCommandTest, ArgvRunsAsTheBuildUserWithLimits) {
+// Issue 18: they are the child's confinement (system calls before exec), not a process chain.
+TEST(SandboxCommandTest, LaunchRunsAsTheBuildUserWithLimits) {
   SandboxSpec spec = GoSpec("/srv/state/ws", {"go", "build", "./..."});
   spec.caches = {{"GOCACHE", "/srv/state/cache/go"}};
   spec.user = SandboxUser{999, 995};
   spec.limits = SandboxLimits{64, int64_t{256} << 20, int64_t{8} << 20};
-  std::vector<std::string> a = BwrapArgv(spec);
+  SandboxLaunch l = SandboxLaunchFor(spec);
+  const std::vector<std::string>& a = l.argv;
   ASSERT_GE(a.size(), 8u);
-  EXPECT_EQ(a[0], "unshare");
-  EXPECT_EQ(a[1], "--mount");
-  const size_t prlimit = IndexOf(a, "prlimit"), setpriv = IndexOf(a, "setpriv"),
-               bwrap = IndexOf(a, "bwrap"), dashdash = IndexOf(a, "--disable-userns");
-  ASSERT_LT(bwrap, a.size());
-  EXPECT_LT(prlimit, setpriv);
-  EXPECT_LT(setpriv, bwrap);
-  EXPECT_LT(bwrap, dashdash);
-  EXPECT_LT(IndexOf(a, "--nproc=64:64"), setpriv);
-  EXPECT_LT(IndexOf(a, "--as=268435456:268435456"), setpriv);
-  EXPECT_LT(IndexOf(a, "--fsize=8388608:8388608"), setpriv);
-  EXPECT_LT(IndexOf(a, "--reuid=999"), bwrap);
-  EXPECT_LT(IndexOf(a, "--regid=995"), bwrap);
-  EXPECT_LT(IndexOf(a, "--clear-groups"), bwrap);
+  EXPECT_EQ(a[0], "bwrap");  // no process starts before bwrap
+  EXPECT_EQ(IndexOf(a, "unshare"), a.size());
+  EXPECT_EQ(IndexOf(a, "prlimit"), a.size());
+  EXPECT_EQ(IndexOf(a, "setpriv"), a.size());
   EXPECT_LT(IndexOf(a, "--unshare-user"), a.size());
   // bwrap (as the user) binds the staged copies, never the host paths below the state dir.
   EXPECT_TRUE(HasTriple(a, "--bind", "/run/kiln-layered/w", "/workspace"));
-  EXPECT_TRUE(HasTriple(a, "--bind", "/run/kiln-layered/c/GOCACHE", "/cache/GOCACHE"));
+  EXPECT_TRUE(HasTriple(a, "--bind", "/run/kiln-layered/c-GOCACHE", "/cache/GOCACHE"));
   EXPECT_FALSE(HasTriple(a, "--bind", "/srv/state/ws", "/workspace"));
-  // The root part (the private mount namespace's script) stages them.
-  const std::string& script = a[IndexOf(a, "-c") + 1];
-  EXPECT_NE(script.find("mount --bind '/srv/state/ws' '/run/kiln-layered/w'"), std::string::npos)
-      << script;
-  EXPECT_NE(script.find("mount --bind '/srv/state/cache/go' '/run/kiln-layered/c/GOCACHE'"),
-            std::string::npos)
-      << script;
   EXPECT_EQ(std::vector<std::string>(a.end() - 3, a.end()),
             (std::vector<std::string>{"go", "build", "./..."}));
+  // The root part (the child before exec): a private mount namespace stages them.
+  const ChildConfinement& c = l.confine;
+  EXPECT_TRUE(c.new_mount_namespace);
+  ASSERT_EQ(c.mounts.size(), 3u);
+  EXPECT_EQ(c.mounts[0].target, "/run/kiln-layered");
+  EXPECT_EQ(c.mounts[0].fstype, "tmpfs");
+  EXPECT_EQ(c.mounts[0].flags, static_cast<unsigned long>(MS_NOSUID | MS_NODEV));
+  EXPECT_EQ(c.mounts[1].source, "/srv/state/ws");
+  EXPECT_EQ(c.mounts[1].target, "/run/kiln-layered/w");
+  EXPECT_EQ(c.mounts[1].flags, static_cast<unsigned long>(MS_BIND));
+  EXPECT_TRUE(c.mounts[1].make_target);
+  EXPECT_EQ(c.mounts[2].source, "/srv/state/cache/go");
+  EXPECT_EQ(c.mounts[2].target, "/run/kiln-layered/c-GOCACHE");
+  EXPECT_EQ(c.rlimits, (std::vector<std::pair<int, uint64_t>>{
+                           {RLIMIT_NPROC, 64}, {RLIMIT_AS, 268435456}, {RLIMIT_FSIZE, 8388608}}));
+  ASSERT_TRUE(c.user.has_value());
+  EXPECT_EQ(c.user->first, 999u);
+  EXPECT_EQ(c.user->second, 995u);
+  EXPECT_TRUE(c.no_new_privs);
 
-  // No limits set: no prlimit; the user switch stays.
+  // No limits set: none in the confinement; the user switch stays.
   spec.limits = SandboxLimits{0, 0, 0};
-  a = BwrapArgv(spec);
-  EXPECT_EQ(IndexOf(a, "prlimit"), a.size());
-  EXPECT_LT(IndexOf(a, "--reuid=999"), IndexOf(a, "bwrap"));
+  l = SandboxLaunchFor(spec);
+  EXPECT_TRUE(l.confine.rlimits.empty());
+  EXPECT_TRUE(l.confine.user.has_value());
   EXPECT_TRUE(PrlimitArgv(SandboxLimits{0, 0, 0}).empty());
+
+  // Without a user (kiln not root): the host paths, the limits only, no namespace.
+  spec.user.reset();
+  spec.limits = SandboxLimits{64, 0, 0};
+  l = SandboxLaunchFor(spec);
+  EXPECT_TRUE(HasTriple(l.argv, "--bind", "/srv/state/ws", "/workspace"));
+  EXPECT_FALSE(l.confine.new_mount_namespace);
+  EXPECT_TRUE(l.confine.mounts.empty());
+  EXPECT_FALSE(l.confine.user.has_value());
+  EXPECT_EQ(l.confine.rlimits.size(), 1u);
 }
 
 TEST(SandboxCommandTest, ShellQuoting) {
@@ -362,14 +382,17 @@ TEST(SandboxCommandTest, ForkingPastMaxProcessesFails) {
                                         "i=0; while [ $i -lt 64 ]; do sleep 2 & i=$((i+1)); "
                                         "done; echo all-forked"});
   spec.limits.max_processes = 16;
-  ProcessResult r = RunSandboxed(spec);
+  ProcessResult r = RunSandboxed(spec, /*expect_start=*/false);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("all-forked"), std::string::npos) << r.output;
   // The shell's fork fails, or (when other processes of the build user already count against
-  // the per-user limit, e.g. a concurrent test) bwrap's own clone does: the limit holds either way.
+  // the per-user limit, e.g. a concurrent build) bwrap's own clone does, or even the exec of
+  // bwrap as that user (a start failure): the limit holds either way.
   EXPECT_TRUE(r.output.find("fork") != std::string::npos ||
-              r.output.find("Resource temporarily unavailable") != std::string::npos)
-      << r.output;
+              r.output.find("Resource temporarily unavailable") != std::string::npos ||
+              r.start_status.message().find("Resource temporarily unavailable") !=
+                  std::string::npos)
+      << r.output << r.start_status.ToString();
 }
 
 TEST(SandboxCommandTest, AllocatingPastMaxMemoryFails) {

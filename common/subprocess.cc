@@ -1,9 +1,14 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,12 +27,63 @@ namespace {
 struct ExecReport {
   int stage;
   int err;
+  int step;  // kStageConfine: which ConfineStep failed
 };
 constexpr int kStageSetup = 1;
 constexpr int kStageChdir = 2;
 constexpr int kStageExec = 3;
+constexpr int kStageConfine = 4;
 
 constexpr int kMaxMappedFds = 16;
+constexpr int kMaxMounts = 64;
+constexpr int kMaxRlimits = 8;
+constexpr int kMaxGroups = 64;
+
+enum ConfineStep : int {
+  kStepUnshare = 1,
+  kStepPrivate,
+  kStepMkdir,
+  kStepMount,
+  kStepRlimit,
+  kStepGroups,
+  kStepGid,
+  kStepUid,
+  kStepNoNewPrivs,
+  kStepDeathSignal,
+  kStepNetwork,
+  kStepProc,
+};
+
+const char* StepName(int step) {
+  switch (step) {
+    case kStepUnshare:
+      return "mount namespace";
+    case kStepPrivate:
+      return "private mounts";
+    case kStepMkdir:
+      return "mount point";
+    case kStepMount:
+      return "mount";
+    case kStepRlimit:
+      return "resource limit";
+    case kStepGroups:
+      return "supplementary groups";
+    case kStepGid:
+      return "gid";
+    case kStepUid:
+      return "uid";
+    case kStepNoNewPrivs:
+      return "no_new_privs";
+    case kStepDeathSignal:
+      return "parent-death signal";
+    case kStepNetwork:
+      return "network namespace";
+    case kStepProc:
+      return "/proc";
+    default:
+      return "setup";
+  }
+}
 
 // Closes [first, last]; async-signal-safe.
 void CloseRange(int first, int last) {
@@ -44,8 +100,8 @@ void CloseRange(int first, int last) {
   for (int fd = first; fd <= last && fd < limit; ++fd) ::close(fd);
 }
 
-[[noreturn]] void ChildFail(int report_fd, int stage, int err) {
-  ExecReport r{stage, err};
+[[noreturn]] void ChildFail(int report_fd, int stage, int err, int step = 0) {
+  ExecReport r{stage, err, step};
   ssize_t ignored = ::write(report_fd, &r, sizeof(r));
   (void)ignored;
   ::_exit(127);
@@ -62,14 +118,109 @@ struct ChildPlan {
   bool new_group;
   bool die_with_parent;
   pid_t parent_pid;
+  // Issue 18: ChildConfinement, as pointers into the spec (the child must not allocate).
+  bool confine;
+  bool new_pid_namespace;
+  bool mount_proc;
+  bool new_net_namespace;
+  bool new_mount_namespace;
+  int n_mounts;
+  struct Mount {
+    const char* source;
+    const char* target;
+    const char* fstype;  // nullptr: bind
+    unsigned long flags;
+    const char* data;  // nullptr: none
+    bool make_target;
+    ChildMount::When when;
+  } mounts[kMaxMounts];
+  int n_rlimits;
+  int rlimit_resource[kMaxRlimits];
+  uint64_t rlimit_value[kMaxRlimits];
+  bool set_user;
+  uid_t uid;
+  gid_t gid;
+  int n_groups;
+  gid_t groups[kMaxGroups];
+  bool no_new_privs;
 };
+
+// Brings the loopback interface of the current network namespace up; async-signal-safe.
+bool LoopbackUp() {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  bool ok = ::ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  ok = ok && ::ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return ok;
+}
+
+// Applies the plan's ChildConfinement (see subprocess.h for the order); async-signal-safe.
+// The user switch uses the raw system calls: they change this (only) thread's credentials,
+// with none of libc's cross-thread broadcast, which a forked child does not need.
+void ChildConfine(const ChildPlan& p, int rep) {
+  if (p.new_net_namespace) {
+    if (::unshare(CLONE_NEWNET) != 0 || !LoopbackUp())
+      ChildFail(rep, kStageConfine, errno, kStepNetwork);
+  }
+  if (p.new_mount_namespace) {
+    if (::unshare(CLONE_NEWNS) != 0) ChildFail(rep, kStageConfine, errno, kStepUnshare);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepPrivate);
+  }
+  if (p.mount_proc &&
+      ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    ChildFail(rep, kStageConfine, errno, kStepProc);
+  for (int i = 0; i < p.n_mounts; ++i) {
+    const ChildPlan::Mount& m = p.mounts[i];
+    if (m.when != ChildMount::When::kAlways) {
+      struct stat st;
+      const bool dir = m.when == ChildMount::When::kIfDirectory;
+      if (::stat(m.target, &st) != 0 || (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)))
+        continue;
+    }
+    if (m.make_target && ::mkdir(m.target, 0755) != 0 && errno != EEXIST)
+      ChildFail(rep, kStageConfine, errno, kStepMkdir);
+    if (::mount(m.source, m.target, m.fstype, m.flags, m.data) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepMount);
+  }
+  for (int i = 0; i < p.n_rlimits; ++i) {
+    struct rlimit rl;
+    rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(p.rlimit_value[i]);
+    if (::setrlimit(static_cast<__rlimit_resource>(p.rlimit_resource[i]), &rl) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepRlimit);
+  }
+  if (p.set_user) {
+    if (::syscall(SYS_setgroups, p.n_groups, p.n_groups > 0 ? p.groups : nullptr) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepGroups);
+    if (::syscall(SYS_setresgid, p.gid, p.gid, p.gid) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepGid);
+    if (::syscall(SYS_setresuid, p.uid, p.uid, p.uid) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepUid);
+  }
+  if (p.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    ChildFail(rep, kStageConfine, errno, kStepNoNewPrivs);
+  if (p.die_with_parent) {  // a uid change cleared it
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+      ChildFail(rep, kStageConfine, errno, kStepDeathSignal);
+    // PID 1 of a new PID namespace sees no parent (0).
+    if (::getppid() != (p.new_pid_namespace ? 0 : p.parent_pid)) ::_exit(127);
+  }
+}
 
 // Runs in the forked child: only async-signal-safe calls, no allocation.
 [[noreturn]] void ChildExec(const ChildPlan& p, int report_fd) {
   if (p.new_group) ::setpgid(0, 0);
   if (p.die_with_parent) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != p.parent_pid) ::_exit(127);  // the parent is already gone
+    // The parent is already gone (PID 1 of a new PID namespace sees no parent: 0).
+    if (::getppid() != (p.new_pid_namespace ? 0 : p.parent_pid)) ::_exit(127);
   }
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
@@ -116,6 +267,7 @@ struct ChildPlan {
     prev = std::max(prev, next);
   }
   CloseRange(rep + 1, 0x7fffffff);
+  if (p.confine) ChildConfine(p, rep);
   if (p.cwd != nullptr && ::chdir(p.cwd) != 0) ChildFail(rep, kStageChdir, errno);
   ::execve(p.path, p.argv, p.envp);
   ChildFail(rep, kStageExec, errno);
@@ -133,6 +285,9 @@ Status StartError(const SpawnSpec& spec, const ExecReport& r) {
       return Status::PermissionDenied(name + ": " + ErrnoText(r.err));
     return Status::Internal(name + ": exec failed: " + ErrnoText(r.err));
   }
+  if (r.stage == kStageConfine)
+    return Status::Internal(name + ": cannot confine the child (" + StepName(r.step) +
+                            "): " + ErrnoText(r.err));
   return Status::Internal(name + ": child setup failed: " + ErrnoText(r.err));
 }
 
@@ -221,17 +376,59 @@ Status Spawn(const SpawnSpec& spec, pid_t* pid) {
   plan.new_group = spec.new_process_group;
   plan.die_with_parent = spec.die_with_parent;
   plan.parent_pid = ::getpid();
+  plan.confine = spec.confine.has_value();
+  plan.new_pid_namespace = plan.mount_proc = plan.new_net_namespace = false;
+  plan.n_groups = 0;
+  plan.new_mount_namespace = false;
+  plan.n_mounts = plan.n_rlimits = 0;
+  plan.set_user = plan.no_new_privs = false;
+  plan.uid = 0;
+  plan.gid = 0;
+  if (spec.confine) {
+    const ChildConfinement& c = *spec.confine;
+    if (c.mounts.size() > static_cast<size_t>(kMaxMounts) ||
+        c.rlimits.size() > static_cast<size_t>(kMaxRlimits) ||
+        c.groups.size() > static_cast<size_t>(kMaxGroups))
+      return Status::InvalidArgument("too many mounts, limits or groups for a child");
+    if (c.mount_proc && !(c.new_pid_namespace && c.new_mount_namespace))
+      return Status::InvalidArgument("a new /proc needs new PID and mount namespaces");
+    plan.new_pid_namespace = c.new_pid_namespace;
+    plan.mount_proc = c.mount_proc;
+    plan.new_net_namespace = c.new_net_namespace;
+    plan.new_mount_namespace = c.new_mount_namespace;
+    for (gid_t g : c.groups) plan.groups[plan.n_groups++] = g;
+    for (const ChildMount& m : c.mounts) {
+      plan.mounts[plan.n_mounts++] = {m.source.c_str(),
+                                      m.target.c_str(),
+                                      m.fstype.empty() ? nullptr : m.fstype.c_str(),
+                                      m.flags,
+                                      m.data.empty() ? nullptr : m.data.c_str(),
+                                      m.make_target,
+                                      m.when};
+    }
+    for (const auto& [resource, value] : c.rlimits) {
+      plan.rlimit_resource[plan.n_rlimits] = resource;
+      plan.rlimit_value[plan.n_rlimits++] = value;
+    }
+    plan.set_user = c.user.has_value();
+    if (c.user) plan.uid = c.user->first, plan.gid = c.user->second;
+    plan.no_new_privs = c.no_new_privs;
+  }
 
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return Status::Internal("pipe: " + ErrnoText(errno));
   UniqueFd report_r(p[0]), report_w(p[1]);
-  pid_t child = ::fork();
+  // A new PID namespace: clone as fork does (same stack, SIGCHLD), the child is its PID 1.
+  pid_t child = plan.new_pid_namespace
+                    ? static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr,
+                                                   nullptr, nullptr, nullptr))
+                    : ::fork();
   if (child < 0) return Status::Internal("fork: " + ErrnoText(errno));
   if (child == 0) ChildExec(plan, report_w.get());
   if (spec.new_process_group) ::setpgid(child, child);  // also done by the child; either wins
   report_w.Reset();
 
-  ExecReport report{0, 0};
+  ExecReport report{0, 0, 0};
   size_t got = 0;
   while (got < sizeof(report)) {
     ssize_t n =

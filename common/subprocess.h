@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -55,6 +56,50 @@ class UniqueFd {
   int fd_ = -1;
 };
 
+/// Issue 18: one mount made in the child (after `new_mount_namespace`), as mount(2) takes it.
+struct ChildMount {
+  std::string source;
+  std::string target;
+  /// Empty for a bind mount.
+  std::string fstype;
+  unsigned long flags = 0;  // MS_* (MS_BIND for a bind mount)
+  std::string data;
+  /// mkdir(target, 0755) first (EEXIST is fine).
+  bool make_target = false;
+  /// Only when the target (followed) exists as: anything (kAlways: must succeed), a directory,
+  /// or a regular file; otherwise the mount is skipped (as `[ -d X ] && mount ...`).
+  enum class When { kAlways, kIfDirectory, kIfRegularFile };
+  When when = When::kAlways;
+};
+
+/// Issue 18: what a chain of `unshare --mount` + a mount script + `prlimit` + `setpriv` did
+/// (or `unshare --net --pid --fork --mount-proc`) before exec'ing a sandbox, done by the forked
+/// child itself with plain system calls (no process starts). Applied in this order, after the
+/// descriptors and before chdir/execve: the network namespace (loopback up), a private mount
+/// namespace (every mount recursively private, so nothing propagates back to the host), /proc,
+/// `mounts` in order, `rlimits` (soft = hard), the user switch (`groups`, then gid, then uid,
+/// real/effective/saved), PR_SET_NO_NEW_PRIVS, and the parent-death signal again (a uid change
+/// clears it). Any failure ends the child before exec
+/// and Spawn reports it (Internal, naming the step). Plain value type.
+struct ChildConfinement {
+  /// The child is started with clone(CLONE_NEWPID) instead of fork: it is PID 1 of a new PID
+  /// namespace (everything it leaves behind dies with it); with `mount_proc`, /proc is mounted
+  /// anew in its (then required) new mount namespace.
+  bool new_pid_namespace = false;
+  bool mount_proc = false;
+  /// A new network namespace with only the loopback interface, brought up.
+  bool new_net_namespace = false;
+  bool new_mount_namespace = false;
+  std::vector<ChildMount> mounts;
+  /// {RLIMIT_*, value}: soft and hard limit.
+  std::vector<std::pair<int, uint64_t>> rlimits;
+  /// {uid, gid}; nullopt: keep kiln's.
+  std::optional<std::pair<uid_t, gid_t>> user;
+  /// Supplementary groups given with the user switch (none by default).
+  std::vector<gid_t> groups;
+  bool no_new_privs = false;
+};
+
 /// What to start. Plain value type.
 struct SpawnSpec {
   /// Executable: an absolute or relative path (not searched; see FindExecutable).
@@ -74,12 +119,15 @@ struct SpawnSpec {
   /// PR_SET_PDEATHSIG(SIGKILL). The signal follows the spawning thread: spawn from a thread
   /// that lives until the child is reaped.
   bool die_with_parent = true;
+  /// Issue 18: set up in the child before exec (see ChildConfinement); nullopt: nothing.
+  std::optional<ChildConfinement> confine;
 };
 
 /// Forks and execs `spec`. On success *pid names the running child (the caller must reap it).
-/// Errors: InvalidArgument (empty argv/path, bad fd map), NotFound ("<argv0>: command not
-/// found", or a missing working directory), PermissionDenied, Internal (pipe/fork failures).
-/// On error no child is left behind.
+/// Errors: InvalidArgument (empty argv/path, bad fd map, too many mounts or limits), NotFound
+/// ("<argv0>: command not found", or a missing working directory), PermissionDenied, Internal
+/// (pipe/fork failures, a confinement step that failed: "<argv0>: cannot confine the child
+/// (<step>): <errno text>"). On error no child is left behind.
 Status Spawn(const SpawnSpec& spec, pid_t* pid);
 
 /// `name` if it contains '/', else the first executable regular file `dir/name` for the

@@ -3,11 +3,16 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace kiln {
 namespace {
@@ -134,6 +139,161 @@ TEST(SubprocessTest, ChildDiesWithTheSpawningThread) {
   t.join();
   ASSERT_GT(pid, 0);
   EXPECT_EQ(WaitForExit(pid), 128 + SIGKILL);
+}
+
+// ---- Issue 18: ChildConfinement (the sandbox's preamble without process starts) ----
+
+TEST(SubprocessTest, ConfinedChildGetsItsLimits) {
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->rlimits = {{RLIMIT_FSIZE, uint64_t{4096} << 10}, {RLIMIT_NOFILE, 77}};
+  // dash's ulimit -f counts 512-byte blocks; soft and hard are both set.
+  EXPECT_EQ(RunShell("ulimit -f; ulimit -H -f; ulimit -n", spec), "8192\n8192\n77\n");
+}
+
+TEST(SubprocessTest, ConfinedChildRunsAsTheGivenUserWithNoGroupsAndNoNewPrivs) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (the user switch)";
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->user = std::make_pair(uid_t{65534}, gid_t{65534});
+  spec.confine->no_new_privs = true;
+  std::string out = RunShell(
+      "id -u; id -g; id -G; grep -E '^(Uid|Gid|NoNewPrivs|PDeathSig):' /proc/self/status "
+      "| tr -s '\t' ' '",
+      spec);
+  EXPECT_EQ(out,
+            "65534\n65534\n65534\nUid: 65534 65534 65534 65534\nGid: 65534 65534 65534 "
+            "65534\nNoNewPrivs: 1\n")
+      << out;
+}
+
+TEST(SubprocessTest, ConfinedChildDiesWithTheSpawningThreadAfterTheUserSwitch) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (the user switch)";
+  pid_t pid = -1;
+  std::thread t([&] {
+    SpawnSpec spec;
+    spec.path = "/bin/sleep";
+    spec.argv = {"sleep", "30"};
+    spec.confine.emplace();
+    spec.confine->user = std::make_pair(uid_t{65534}, gid_t{65534});
+    ASSERT_TRUE(Spawn(spec, &pid).ok());
+  });
+  t.join();
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitForExit(pid), 128 + SIGKILL);  // a uid change clears PDEATHSIG: set again
+}
+
+TEST(SubprocessTest, ConfinedChildMountsInItsOwnNamespaceOnly) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (mount namespace)";
+  char tmpl[] = "/tmp/kiln-confine-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(::mkdir((dir + "/src").c_str(), 0755), 0);
+  ASSERT_EQ(::close(::open((dir + "/src/marker").c_str(), O_CREAT | O_WRONLY, 0644)), 0);
+  ASSERT_EQ(::mkdir((dir + "/stage").c_str(), 0755), 0);
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->new_mount_namespace = true;
+  spec.confine->mounts = {
+      {"kiln-test", dir + "/stage", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k", false},
+      {dir + "/src", dir + "/stage/w", "", MS_BIND, "", true}};
+  std::string out = RunShell("ls " + dir + "/stage/w; stat -f -c %T " + dir + "/stage", spec);
+  EXPECT_EQ(out, "marker\ntmpfs\n");
+  // Nothing reached the host's namespace.
+  struct stat st;
+  EXPECT_NE(::stat((dir + "/stage/w").c_str(), &st), 0);
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(SubprocessTest, FailedConfinementIsReportedAndLeavesNoChild) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (mount namespace)";
+  SpawnSpec spec;
+  spec.path = "/bin/true";
+  spec.argv = {"true"};
+  spec.confine.emplace();
+  spec.confine->new_mount_namespace = true;
+  spec.confine->mounts = {
+      {"/nonexistent-kiln-src", "/nonexistent-kiln-target", "", MS_BIND, "", false}};
+  pid_t pid = 123;
+  Status s = Spawn(spec, &pid);
+  EXPECT_EQ(s.code(), Status::Code::kInternal);
+  EXPECT_NE(s.message().find("cannot confine the child (mount)"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(pid, -1);
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // reaped
+}
+
+TEST(SubprocessTest, ConfinedChildIsPidOneOfItsOwnNamespacesWithOnlyLoopback) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->new_pid_namespace = true;
+  spec.confine->new_mount_namespace = true;
+  spec.confine->mount_proc = true;
+  spec.confine->new_net_namespace = true;
+  // $$ is 1; /proc shows this namespace only (sh, ls and grep); lo is the only interface, up.
+  std::string out = RunShell(
+      "echo $$; ls /proc | grep -c '^[0-9]'; ip -o link | wc -l; "
+      "ip -o link show lo | grep -c '[<,]UP[,>]'",
+      spec);
+  EXPECT_EQ(out, "1\n3\n1\n1\n");
+}
+
+TEST(SubprocessTest, ConfinedChildInANewPidNamespaceDiesWithTheSpawningThread) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
+  pid_t pid = -1;
+  std::thread t([&] {
+    SpawnSpec spec;
+    spec.path = "/bin/sleep";
+    spec.argv = {"sleep", "30"};
+    spec.confine.emplace();
+    spec.confine->new_pid_namespace = true;
+    ASSERT_TRUE(Spawn(spec, &pid).ok());
+  });
+  t.join();
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitForExit(pid), 128 + SIGKILL);
+}
+
+TEST(SubprocessTest, ConditionalMountsAreSkippedWhenTheTargetIsMissingOrOfAnotherType) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (mount namespace)";
+  char tmpl[] = "/tmp/kiln-confine-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(::mkdir((dir + "/d").c_str(), 0755), 0);
+  ASSERT_EQ(::close(::open((dir + "/d/secret").c_str(), O_CREAT | O_WRONLY, 0644)), 0);
+  std::system(("echo hush > '" + dir + "/f'").c_str());
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->new_mount_namespace = true;
+  using W = ChildMount::When;
+  spec.confine->mounts = {
+      {"kiln-hidden", dir + "/d", "tmpfs", MS_RDONLY, "size=4k,mode=0700", false, W::kIfDirectory},
+      {"/dev/null", dir + "/f", "", MS_BIND, "", false, W::kIfRegularFile},
+      {"kiln-hidden", dir + "/f", "tmpfs", MS_RDONLY, "", false, W::kIfDirectory},  // a file
+      {"kiln-hidden", dir + "/none", "tmpfs", MS_RDONLY, "", false, W::kIfDirectory}};
+  std::string out = RunShell("ls -A " + dir + "/d | wc -l; cat " + dir + "/f | wc -c", spec);
+  EXPECT_EQ(out, "0\n0\n");
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(SubprocessTest, ConfinedChildGetsTheGivenSupplementaryGroups) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (the user switch)";
+  SpawnSpec spec;
+  spec.confine.emplace();
+  spec.confine->user = std::make_pair(uid_t{65534}, gid_t{65534});
+  spec.confine->groups = {65534, 4242};
+  EXPECT_EQ(RunShell("id -G", spec), "65534 4242\n");
+}
+
+TEST(SubprocessTest, TooManyMountsAreRefusedBeforeForking) {
+  SpawnSpec spec;
+  spec.path = "/bin/true";
+  spec.argv = {"true"};
+  spec.confine.emplace();
+  spec.confine->mounts.resize(65);
+  pid_t pid = 123;
+  EXPECT_EQ(Spawn(spec, &pid).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(SubprocessTest, FindExecutableSearchesThePathInOrder) {

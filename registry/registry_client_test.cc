@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/sha256.h"
+#include "registry/fake_http_server.h"
 #include "registry/www_authenticate.h"
 
 namespace kiln {
@@ -29,6 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+using testing::FakeServer;
+using testing::Reply;
 
 // ---------------------------------------------------------------- WWW-Authenticate parser
 
@@ -177,59 +180,6 @@ std::string ReadFile(const std::string& p) {
 }
 
 std::string Digest(const std::string& data) { return "sha256:" + Sha256Hex(data); }
-
-// A minimal HTTP server on 127.0.0.1 answering each request on its own thread-less loop.
-class FakeServer {
- public:
-  using Handler =
-      std::function<http::response<http::string_body>(const http::request<http::string_body>&)>;
-  explicit FakeServer(Handler h)
-      : handler_(std::move(h)),
-        acceptor_(ioc_, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
-    port_ = acceptor_.local_endpoint().port();
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~FakeServer() {
-    stop_ = true;
-    boost::system::error_code ec;
-    tcp::socket s(ioc_);
-    s.connect(acceptor_.local_endpoint(), ec);
-    thread_.join();
-  }
-  int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  void Loop() {
-    while (!stop_) {
-      tcp::socket sock(ioc_);
-      boost::system::error_code ec;
-      acceptor_.accept(sock, ec);
-      if (ec || stop_) continue;
-      boost::beast::flat_buffer buf;
-      http::request<http::string_body> req;
-      http::read(sock, buf, req, ec);
-      if (ec) continue;
-      auto res = handler_(req);
-      res.version(11);
-      res.prepare_payload();
-      http::write(sock, res, ec);
-      sock.shutdown(tcp::socket::shutdown_both, ec);
-    }
-  }
-  Handler handler_;
-  boost::asio::io_context ioc_;
-  tcp::acceptor acceptor_;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-http::response<http::string_body> Reply(int status, std::string body = "") {
-  http::response<http::string_body> r{static_cast<http::status>(status), 11};
-  r.body() = std::move(body);
-  return r;
-}
 
 // ---------------------------------------------------------------- fake-server tests
 

@@ -103,11 +103,22 @@ class WorkspaceGit {
   // `alongside` (optional) runs on another thread while the verification runs (read-only work
   // on the repository, e.g. the diff for the stats): one git start less on the critical path.
   Status Sync(const std::string& tree, bool refresh, const std::function<void()>& alongside = {}) {
+    Status s = Prepare(refresh);
+    return s.ok() ? Finish(tree, alongside) : s;
+  }
+  // The first half of Sync: clean, then (refresh) the stat refresh. Neither changes a tracked
+  // file's content, so it may run before the tree is known to be within the limits.
+  Status Prepare(bool refresh) {
     GitResult r;
     Status s = Run({"clean", "-ffdxq"}, &r);
     // Exit 1: some files still differ (read-tree rewrites them).
     if (s.ok() && refresh) s = Run({"update-index", "-q", "--refresh"}, &r, /*allow_exit_1=*/true);
-    if (s.ok()) s = Run({"read-tree", "--reset", "-u", "--end-of-options", tree}, &r);
+    return s;
+  }
+  // The second half: read-tree --reset -u, then the verification (with `alongside`).
+  Status Finish(const std::string& tree, const std::function<void()>& alongside = {}) {
+    GitResult r;
+    Status s = Run({"read-tree", "--reset", "-u", "--end-of-options", tree}, &r);
     if (s.ok()) {
       std::future<void> side;
       if (alongside) side = std::async(std::launch::async, alongside);
@@ -171,12 +182,13 @@ Status Checkout::CheckedOut(const std::string& workspace_dir, std::string* id) {
 }
 
 Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
-                        const std::string& workspace_dir, CheckoutStats* stats) {
+                        const std::string& workspace_dir, CheckoutStats* stats,
+                        const std::string& known_tree) {
   auto start = std::chrono::steady_clock::now();
   CheckoutStats local;
   if (!stats) stats = &local;
   *stats = CheckoutStats();
-  if (!IsFullObjectId(commit_or_tree))
+  if (!IsFullObjectId(commit_or_tree) || (!known_tree.empty() && !IsFullObjectId(known_tree)))
     return Status::InvalidArgument("checkout needs a full lowercase hex commit or tree id, got '" +
                                    commit_or_tree.substr(0, 80) + "'");
   Layout l;
@@ -187,30 +199,40 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
   if (ec) return Status::Internal("cannot create workspace " + l.ws + ": " + ec.message());
 
   WorkspaceGit git(repo, l);
-  GitResult r;
-  s = git.Run({"rev-parse", "--verify", "--quiet", "--end-of-options", commit_or_tree + "^{tree}"},
-              &r, /*allow_exit_1=*/true);
-  if (!s.ok()) return s;
-  if (r.exit_code == 1 || r.out.size() < 40)
-    return Status::NotFound("no commit or tree " + commit_or_tree + " in domain repository");
-  std::string tree = r.out.substr(0, r.out.find('\n'));
-
-  // Issue 15: a tree that expands beyond the limits (a "git bomb" pushed before the limits held,
-  // or inserted by other means) is refused before anything in the workspace is touched.
-  GitObjectSource objects(
-      [&repo](GitCommand cmd, GitResult* res) { return repo.RunGit(std::move(cmd), res); });
-  s = TreeLimitChecker(repo.tree_limits(), &objects)
-          .Check(tree, "tree of " + commit_or_tree.substr(0, 12), nullptr);
-  if (!s.ok()) return s;
+  std::string tree = known_tree;  // issue 18: the resolve step's answer, one git start less
+  if (tree.empty()) {
+    GitResult r;
+    s = git.Run(
+        {"rev-parse", "--verify", "--quiet", "--end-of-options", commit_or_tree + "^{tree}"}, &r,
+        /*allow_exit_1=*/true);
+    if (!s.ok()) return s;
+    if (r.exit_code == 1 || r.out.size() < 40)
+      return Status::NotFound("no commit or tree " + commit_or_tree + " in domain repository");
+    tree = r.out.substr(0, r.out.find('\n'));
+  }
 
   FileLock lock(l.lock, LOCK_EX);
   if (!lock.held()) return Status::Internal(lock.error());
   std::string old_id, old_tree;
   ReadState(l.state, &old_id, &old_tree);
-  ::unlink(l.state.c_str());              // "update in progress" until rewritten below
   ::unlink((l.index + ".lock").c_str());  // stale after a crash; we hold the workspace lock
-
   bool fast = !old_tree.empty() && fs::exists(l.index, ec);
+
+  // Issue 15: a tree that expands beyond the limits (a "git bomb" pushed before the limits held,
+  // or inserted by other means) is refused before any tracked file in the workspace is touched.
+  // Issue 18: the check (git cat-file, read-only on the repository) runs while the workspace is
+  // cleaned and its stat data refreshed (neither changes a tracked file), not before.
+  auto limits = std::async(std::launch::async, [&repo, &tree, &commit_or_tree] {
+    GitObjectSource objects(
+        [&repo](GitCommand cmd, GitResult* res) { return repo.RunGit(std::move(cmd), res); });
+    return TreeLimitChecker(repo.tree_limits(), &objects)
+        .Check(tree, "tree of " + commit_or_tree.substr(0, 12), nullptr);
+  });
+  Status prepared = fast ? git.Prepare(/*refresh=*/true) : Status::Ok();
+  s = limits.get();
+  if (!s.ok()) return s;
+  ::unlink(l.state.c_str());  // "update in progress" until rewritten below
+
   if (fast) {
     int64_t changed = 0;
     auto count_changed = [&] {
@@ -221,8 +243,9 @@ Status Checkout::Update(const GitRepo& repo, const std::string& commit_or_tree,
               .ok())
         changed = CountNul(diff.out);
     };
-    s = git.Sync(tree, /*refresh=*/true,
-                 old_tree != tree ? std::function<void()>(count_changed) : std::function<void()>());
+    s = prepared.ok() ? git.Finish(tree, old_tree != tree ? std::function<void()>(count_changed)
+                                                          : std::function<void()>())
+                      : prepared;
     if (s.ok()) stats->files_written = changed;
   }
   if (!fast || !s.ok()) {

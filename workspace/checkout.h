@@ -42,14 +42,19 @@ class Checkout {
   /// Makes `workspace_dir` (absolute; created if missing) exactly equal to the tree of
   /// `commit_or_tree` (a full 40- or 64-hex commit or tree id in `repo`): changed files written,
   /// deleted files removed, untracked and ignored files removed. `stats` may be null.
-  /// Before writing anything, the tree is held to repo.tree_limits() (workspace/tree_limits.h)
-  /// without expanding it.
+  /// Before any tracked file is written, the tree is held to repo.tree_limits()
+  /// (workspace/tree_limits.h) without expanding it (issue 18: while untracked files are removed
+  /// and the index's stat data refreshed, which change no tracked file).
+  /// `known_tree` (optional, issue 18): the tree id of `commit_or_tree` as GitRepo::Resolve
+  /// found it; it is trusted (not derived again), saving a git start.
   /// Returns InvalidArgument for a malformed id or relative path, NotFound when the id is not a
   /// commit or tree in `repo`, ResourceExhausted (message naming the limit and its config key;
-  /// nothing written) when the tree exceeds a limit, Internal when git or the file system fails
+  /// no tracked file written, the previous checkout still complete; untracked files may be
+  /// gone) when the tree exceeds a limit, Internal when git or the file system fails
   /// (the workspace is then in an unspecified state; the next Update recovers with a full reset).
   static Status Update(const GitRepo& repo, const std::string& commit_or_tree,
-                       const std::string& workspace_dir, CheckoutStats* stats);
+                       const std::string& workspace_dir, CheckoutStats* stats,
+                       const std::string& known_tree = "");
 
   /// The id passed to the last completed Update of `workspace_dir`. Returns NotFound when
   /// there was none or an Update was interrupted.

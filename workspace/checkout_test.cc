@@ -425,6 +425,48 @@ TEST_F(CheckoutTest, BombCommitIsRefusedWithoutWritingAFile) {
   EXPECT_EQ(Checkout::CheckedOut(ws_, &id).code(), Status::Code::kNotFound);
 }
 
+// Issue 18: the resolve step's tree is used as given (no git rev-parse); the limits still hold.
+TEST_F(CheckoutTest, KnownTreeIsCheckedOutAndStillHeldToTheLimits) {
+  auto git = [&](std::vector<std::string> args, const std::string& in) {
+    GitCommand cmd;
+    cmd.args = std::move(args);
+    cmd.stdin_data = in;
+    GitResult r;
+    Status s = repo_->RunGit(cmd, &r);
+    EXPECT_TRUE(s.ok() && r.exit_code == 0) << s.ToString() << r.err;
+    return r.out.substr(0, r.out.find('\n'));
+  };
+  clone_->Write("main.go", "package main\n");
+  std::string c1 = Commit("one");
+  Update(c1);
+  clone_->Write("a.go", "a\n");
+  std::string c2 = Commit("two");
+  const std::string t2 = git({"rev-parse", c2 + "^{tree}"}, "");
+  ASSERT_EQ(t2.size(), 40u);
+  ASSERT_TRUE(Checkout::Update(*repo_, c2, ws_, nullptr, t2).ok());
+  EXPECT_EQ(ReadFile(ws_ + "/a.go"), "a\n");
+  std::string id;
+  ASSERT_TRUE(Checkout::CheckedOut(ws_, &id).ok());
+  EXPECT_EQ(id, c2);
+  // Trusted, not derived again: given c1's tree for c2, c1's files are what is checked out.
+  const std::string t1 = git({"rev-parse", c1 + "^{tree}"}, "");
+  ASSERT_TRUE(Checkout::Update(*repo_, c2, ws_, nullptr, t1).ok());
+  EXPECT_FALSE(fs::exists(ws_ + "/a.go"));
+  // A malformed tree id is refused; a tree over the limits too, leaving c1's checkout complete.
+  EXPECT_EQ(Checkout::Update(*repo_, c2, ws_, nullptr, "HEAD").code(),
+            Status::Code::kInvalidArgument);
+  TreeLimits limits;
+  limits.max_files = 1;
+  repo_->set_tree_limits(limits);
+  WriteFile(ws_ + "/untracked.o", "x");
+  Status s = Checkout::Update(*repo_, c2, ws_, nullptr, t2);
+  ASSERT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(ReadFile(ws_ + "/main.go"), "package main\n");
+  EXPECT_FALSE(fs::exists(ws_ + "/a.go"));
+  ASSERT_TRUE(Checkout::CheckedOut(ws_, &id).ok());
+  EXPECT_EQ(id, c2);  // the last completed Update (with c1's tree) stays recorded
+}
+
 TEST_F(CheckoutTest, RefusedTreeLeavesThePreviousCheckoutInPlace) {
   clone_->Write("main.go", "package main\n");
   std::string c1 = Commit("one");

@@ -148,35 +148,55 @@ Status GitRepo::Resolve(const std::optional<std::string>& ref,
 }
 
 Status GitRepo::ResolveBranch(const std::string& branch, ResolvedSource* out) const {
-  GitCommand cmd;
-  cmd.args = {"rev-parse", "--verify", "--quiet", "--end-of-options",
-              kHeadsPrefix + branch + "^{commit}"};
-  GitResult r;
-  Status s = RunGit(cmd, &r);
+  bool found = false;
+  Status s = PeelCommit(kHeadsPrefix + branch, out, &found);
   if (!s.ok()) return s;
-  if (r.exit_code == 1 || (r.exit_code == 0 && r.out.empty()))
+  if (!found)
     return Status::NotFound("branch '" + branch +
                             "' not found in domain repository; push it first: git push <kiln>/git/"
                             "<domain>.git HEAD:refs/heads/" +
                             branch);
-  if (r.exit_code != 0) return Status::Internal("git rev-parse failed: " + r.ErrorSummary());
-  out->commit = TrimNewline(r.out);
-  return FillTree(out);
+  return Status::Ok();
+}
+
+// Issue 18: the commit and its tree from ONE git start (`cat-file --batch` prints the commit
+// object, whose first line names its tree), read together so a concurrent push cannot pair a
+// commit with another commit's tree. `rev` is a full ref or a full hex id (no newline).
+Status GitRepo::PeelCommit(const std::string& rev, ResolvedSource* out, bool* found) const {
+  *found = false;
+  GitCommand cmd;
+  cmd.args = {"cat-file", "--batch"};
+  cmd.stdin_data = rev + "^{commit}\n";
+  GitResult r;
+  Status s = RunChecked("git cat-file", cmd, &r);
+  if (!s.ok()) return s;
+  // "<oid> commit <size>\n<body>" where the body starts "tree <oid>\n"; else "<rev> missing".
+  const size_t eol = r.out.find('\n');
+  const std::string head = r.out.substr(0, eol);
+  const size_t sp = head.find(' ');
+  if (eol == std::string::npos || sp == std::string::npos || head.compare(sp, 8, " commit ") != 0 ||
+      !IsFullHex(head.substr(0, sp)))
+    return Status::Ok();  // missing (or not a commit): not found
+  const size_t tree_end = r.out.find('\n', eol + 1);
+  const std::string tree_line =
+      tree_end == std::string::npos ? "" : r.out.substr(eol + 1, tree_end - eol - 1);
+  if (tree_line.compare(0, 5, "tree ") != 0 || !IsFullHex(tree_line.substr(5)))
+    return Status::Internal("git cat-file: commit " + head.substr(0, sp) + " names no tree");
+  out->commit = head.substr(0, sp);
+  out->tree = tree_line.substr(5);
+  *found = true;
+  return Status::Ok();
 }
 
 Status GitRepo::ResolveCommit(const std::string& commit, ResolvedSource* out) const {
   GitResult r;
   if (IsFullHex(commit)) {
     // A full-length hex id is always an object id to git, never a ref name.
-    GitCommand cmd;
-    cmd.args = {"rev-parse", "--verify", "--quiet", "--end-of-options", commit + "^{commit}"};
-    Status s = RunGit(cmd, &r);
+    bool found = false;
+    Status s = PeelCommit(commit, out, &found);
     if (!s.ok()) return s;
-    if (r.exit_code == 1 || (r.exit_code == 0 && r.out.empty()))
-      return Status::NotFound("commit " + commit + " not found in domain repository");
-    if (r.exit_code != 0) return Status::Internal("git rev-parse failed: " + r.ErrorSummary());
-    out->commit = TrimNewline(r.out);
-    return FillTree(out);
+    if (!found) return Status::NotFound("commit " + commit + " not found in domain repository");
+    return Status::Ok();
   }
   // Abbreviated: list the objects with that prefix (objects only, never refs), keep commits.
   GitCommand list;

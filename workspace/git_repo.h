@@ -76,6 +76,8 @@ class GitRepo {
   Status ResolveBranch(const std::string& branch, ResolvedSource* out) const;
   /// Sets out->tree from out->commit.
   Status FillTree(ResolvedSource* out) const;
+  /// Issue 18: `rev`^{commit} and its tree in one git start; *found false when there is none.
+  Status PeelCommit(const std::string& rev, ResolvedSource* out, bool* found) const;
   /// Runs git and turns a non-zero exit into Internal("<what>: <stderr line>").
   Status RunChecked(const std::string& what, GitCommand cmd, GitResult* result) const;
 

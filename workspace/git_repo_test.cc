@@ -217,6 +217,8 @@ TEST_F(GitRepoTest, ResolvesAbbreviatedAndFullCommit) {
   EXPECT_EQ(src.commit, c1);
   ASSERT_TRUE(repo_->Resolve(std::nullopt, c1, "main", &src).ok());
   EXPECT_EQ(src.commit, c1);
+  // Issue 18: the tree comes with the commit (one git cat-file --batch).
+  EXPECT_EQ(src.tree, Trim(clone_->Git({"rev-parse", "HEAD^{tree}"})));
   Status s = repo_->Resolve(std::nullopt, std::string(40, '0'), "main", &src);
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
   // A tree id is not a commit.
