@@ -10,6 +10,7 @@
 #include <chrono>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "config/config_parser.h"
 #include "pool/build_wire.h"
@@ -49,6 +50,11 @@ struct PoolBuilder::Conn {
   std::string host;
   uint16_t port = 0;
   remote_builder_actor handle;  // null until connected
+  // The handle (proxy) that last went down. CAF's middleman caches one proxy per host:port and
+  // drops it only when its own down message is handled, so a reconnect right after a loss can
+  // be handed the dead proxy again (a request to it only times out). Compared by identity: a
+  // live worker's new proxy has the same actor address as its dead one.
+  remote_builder_actor dead;
   Clock::time_point retry_at{};
 };
 
@@ -84,6 +90,17 @@ struct PoolBuilder::Impl {
     }
     remote_builder_actor h;
     Status st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    auto same = [](const remote_builder_actor& a, const remote_builder_actor& b) {
+      return caf::actor_cast<caf::abstract_actor*>(a) == caf::actor_cast<caf::abstract_actor*>(b);
+    };
+    for (int i = 0; st.ok() && c.dead && same(h, c.dead); ++i) {
+      if (i == 100) {  // 2 s: CAF did not drop its cached dead handle
+        st = Status::Unavailable("worker " + worker + ": only its lost connection is offered");
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    }
     nlohmann::json info;
     if (st.ok()) {
       caf::scoped_actor self{sys};
@@ -110,6 +127,7 @@ struct PoolBuilder::Impl {
       return remote_builder_actor{};
     }
     cc.handle = h;
+    cc.dead = remote_builder_actor{};
     size_t slots = info.value("slots", size_t{1});
     placement.AddWorker(worker, slots, Now());
     placement.SetReady(worker, true, Now());
@@ -126,10 +144,50 @@ struct PoolBuilder::Impl {
   void Lost(const std::string& worker) {
     std::lock_guard<std::mutex> lock(mu);
     Conn& c = conns[worker];
+    if (c.handle) c.dead = c.handle;
     c.handle = remote_builder_actor{};
     c.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
     placement.SetReady(worker, false, Now());
     cv.notify_all();
+  }
+
+  // A down message is not proof that the worker is gone (a connection can drop while the
+  // worker lives): forget the handle, reconnect and ask `info`. A handle when the worker
+  // answers (it stays in placement, its running builds keep their slots), null when it cannot
+  // be reached (then it is out of placement until a later reconnect).
+  remote_builder_actor Reconfirm(const std::string& worker) {
+    ClearTransportErrors(sys);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      Conn& c = conns[worker];
+      if (c.handle) c.dead = c.handle;
+      c.handle = remote_builder_actor{};
+    }
+    return Connect(worker);
+  }
+
+  // Runs `req` on `worker` to its answer. When the connection drops but the worker still
+  // answers on a new one, the same request is sent again: the worker joins the build or push
+  // it already runs for that build id, or answers again the one that ended (never a second
+  // one), so a dropped connection is neither a lost worker nor a retry. At most
+  // `kReattach` times per attempt.
+  Attempt RunConfirmed(const std::string& worker, remote_builder_actor h,
+                       const RemoteBuildRequest& req, Clock::time_point deadline,
+                       const CancelToken* cancel, const OutputFn& out) {
+    constexpr int kReattach = 3;
+    Attempt at;
+    for (int reattached = 0;; ++reattached) {
+      at = Run(worker, h, req, deadline, cancel);
+      if (!at.lost || reattached == kReattach || (cancel && cancel->cancelled())) return at;
+      h = Reconfirm(worker);
+      if (!h) return at;
+      spdlog::warn(
+          "pool: the connection to worker {} dropped during {} {}; it answers on a new "
+          "one: re-attaching",
+          worker, req.op, req.build_id);
+      out("kiln: the connection to worker " + worker +
+          " dropped; it still answers: " + "re-attached to the " + req.op + "\n");
+    }
   }
 
   // Re-admits workers whose retry time has come (their next Connect decides). Under mu.
@@ -208,7 +266,12 @@ struct PoolBuilder::Impl {
             }
           },
           [&](const caf::down_msg& m) {
-            if (m.source == h.address()) at.lost = true;
+            if (m.source == h.address()) {
+              at.lost = true;
+              // The dead connection's TLS error may still sit in the network thread's
+              // OpenSSL queue, where it would fail the next read of a healthy connection.
+              ClearTransportErrors(sys);
+            }
           },
           [&](const caf::error& e) {
             at.error =
@@ -280,7 +343,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
   const std::string ck = job.domain + "/" + job.candidate;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
   std::set<std::string> tried;
-  std::vector<std::string> lost;
+  std::vector<std::string> lost, busy;
   for (int attempt = 0; attempt < 2; ++attempt) {
     bool warm = false;
     const int64_t decided = WireNowMs();
@@ -299,9 +362,19 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     req.sent_unix_ms = decided;
     out("kiln: building on worker " + w + (warm ? " (warm)" : " (cold)") + "\n");
     auto t = Clock::now();
-    Attempt at = m.Run(w, h, req, deadline, cancel);
+    Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
     double secs = std::chrono::duration<double>(Clock::now() - t).count();
     m.Done(w, ck, warm, secs, at.answered && at.answer.build.status.ok());
+    if (at.answered && at.answer.busy) {
+      // The worker was full and did not start it: another worker, not a retry.
+      spdlog::info("pool: worker {} busy for build {}: {}", w, job.build_id,
+                   at.answer.build.status.message());
+      out("kiln: worker " + w + " is busy; placing the build elsewhere\n");
+      busy.push_back(w);
+      --attempt;
+      if (tried.size() >= m.opts.workers.size()) break;
+      continue;
+    }
     if (at.answered) {
       if (!at.answer.log.empty()) out(at.answer.log);
       res = std::move(at.answer.build);
@@ -344,10 +417,13 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
   }
   std::string names;
   for (const std::string& w : lost) names += (names.empty() ? "" : ", ") + w;
-  res.status = lost.empty() ? Status::Unavailable(
-                                  "no worker of the pool is reachable "
-                                  "(scheduler.workers)")
-                            : Status::Unavailable("lost worker(s) " + names + " mid-build");
+  if (!lost.empty()) {
+    res.status = Status::Unavailable("lost worker(s) " + names + " mid-build");
+  } else if (!busy.empty()) {
+    res.status = Status::Unavailable("every reachable worker of the pool was busy");
+  } else {
+    res.status = Status::Unavailable("no worker of the pool is reachable (scheduler.workers)");
+  }
   res.failure_kind = "infrastructure";
   return res;
 }
@@ -372,8 +448,16 @@ PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, cons
   RemoteBuildRequest req = RequestOf(job, "push", m.opts.git_url ? m.opts.git_url(job.domain) : "");
   req.image_id = built.image_id;
   req.sent_unix_ms = WireNowMs();
-  Attempt at =
-      m.Run(w, h, req, Clock::now() + std::chrono::seconds(job.build.timeout_s + 120), cancel);
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
+  Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
+  // Only this worker holds the image: a busy answer (its push line is full) is asked again.
+  while (at.answered && at.answer.busy && Clock::now() < deadline &&
+         !(cancel && cancel->cancelled())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    h = m.Connect(w);
+    if (!h) break;
+    at = m.RunConfirmed(w, h, req, deadline, cancel, out);
+  }
   if (at.answered) {
     if (!at.answer.log.empty()) out(at.answer.log);
     return at.answer.push;

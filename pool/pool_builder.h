@@ -5,10 +5,15 @@
 // worker, inside the scheduler's push-lane grant (the candidate takes the grant before it calls
 // Push), so tags still move in build order across workers.
 //
-// A worker lost mid-build (its proxy's down message: CAF 0.17 does not fail the open request
-// by itself) fails that attempt; the loss is journaled (one JSON line in `journal_file`) and
-// the build is retried once on another worker. A worker lost before its image was pushed is
-// not retried by Push (at most one push per build): the build fails as infrastructure.
+// A worker's proxy going down mid-build (CAF 0.17 does not fail the open request by itself) is
+// confirmed first: the network thread's stale TLS error is cleared (ClearTransportErrors) and
+// the worker is asked `info` over a new connection; one that answers gets the same request
+// again and joins the build it runs for that id (a dropped connection: no retry, no journal).
+// A worker that cannot be reached is lost: that attempt fails, the loss is journaled (one JSON
+// line in `journal_file`) and the build is retried once on another worker. A worker lost
+// before its image was pushed is not retried by Push (at most one push per build): the build
+// fails as infrastructure. A worker that answers busy (full) did not start the build: it goes
+// to another worker without counting a retry.
 //
 // Thread-safety: Build/Push/Check block the calling thread (BlockingWork threads, never an
 // actor) and may be called concurrently. The PoolBuilder owns its own actor system (caf::io +
