@@ -56,6 +56,7 @@ struct PoolBuilder::Conn {
   // live worker's new proxy has the same actor address as its dead one.
   remote_builder_actor dead;
   Clock::time_point retry_at{};
+  bool listed_ready = true;  // discovery: the endpoint's ready condition (static: always)
 };
 
 struct PoolBuilder::Impl {
@@ -85,7 +86,9 @@ struct PoolBuilder::Impl {
     Conn c;
     {
       std::lock_guard<std::mutex> lock(mu);
-      c = conns[worker];
+      auto it = conns.find(worker);
+      if (it == conns.end()) return remote_builder_actor{};  // no longer a member
+      c = it->second;
       if (c.handle) return c.handle;
     }
     remote_builder_actor h;
@@ -118,7 +121,9 @@ struct PoolBuilder::Impl {
               });
     }
     std::lock_guard<std::mutex> lock(mu);
-    Conn& cc = conns[worker];
+    auto cit = conns.find(worker);
+    if (cit == conns.end()) return remote_builder_actor{};  // removed meanwhile
+    Conn& cc = cit->second;
     if (!st.ok()) {
       spdlog::warn("pool: {}", st.message());
       cc.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
@@ -143,7 +148,9 @@ struct PoolBuilder::Impl {
   // answers again.
   void Lost(const std::string& worker) {
     std::lock_guard<std::mutex> lock(mu);
-    Conn& c = conns[worker];
+    auto it = conns.find(worker);
+    if (it == conns.end()) return;
+    Conn& c = it->second;
     if (c.handle) c.dead = c.handle;
     c.handle = remote_builder_actor{};
     c.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
@@ -159,9 +166,10 @@ struct PoolBuilder::Impl {
     ClearTransportErrors(sys);
     {
       std::lock_guard<std::mutex> lock(mu);
-      Conn& c = conns[worker];
-      if (c.handle) c.dead = c.handle;
-      c.handle = remote_builder_actor{};
+      auto it = conns.find(worker);
+      if (it == conns.end()) return remote_builder_actor{};
+      if (it->second.handle) it->second.dead = it->second.handle;
+      it->second.handle = remote_builder_actor{};
     }
     return Connect(worker);
   }
@@ -190,10 +198,16 @@ struct PoolBuilder::Impl {
     }
   }
 
+  size_t WorkerCount() {
+    std::lock_guard<std::mutex> lock(mu);
+    return conns.size();
+  }
+
   // Re-admits workers whose retry time has come (their next Connect decides). Under mu.
   void ReadmitLocked() {
     for (auto& [w, c] : conns)
-      if (!c.handle && c.retry_at <= Clock::now()) placement.SetReady(w, true, Now());
+      if (!c.handle && c.listed_ready && c.retry_at <= Clock::now())
+        placement.SetReady(w, true, Now());
   }
 
   // Chooses a worker for `ck` (not in `exclude`) and takes its slot; "" when none is ready.
@@ -354,7 +368,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     if (!h) {
       m.Done(w, ck, warm, 0, false);
       --attempt;  // an unreachable worker never started the build: not a retry
-      if (tried.size() >= m.opts.workers.size()) break;
+      if (tried.size() >= m.WorkerCount()) break;
       continue;
     }
     RemoteBuildRequest req =
@@ -372,7 +386,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
       out("kiln: worker " + w + " is busy; placing the build elsewhere\n");
       busy.push_back(w);
       --attempt;
-      if (tried.size() >= m.opts.workers.size()) break;
+      if (tried.size() >= m.WorkerCount()) break;
       continue;
     }
     if (at.answered) {
@@ -481,7 +495,12 @@ PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, cons
 Status PoolBuilder::Check() {
   std::string down;
   bool any = false;
-  for (const std::string& w : impl_->opts.workers) {
+  std::vector<std::string> workers;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const auto& [w, c] : impl_->conns) workers.push_back(w);
+  }
+  for (const std::string& w : workers) {
     if (impl_->Connect(w)) {
       any = true;
     } else {
@@ -490,6 +509,48 @@ Status PoolBuilder::Check() {
   }
   if (any) return Status::Ok();
   return Status::Unavailable("no worker of the pool answers: " + down);
+}
+
+void PoolBuilder::SetMembers(const std::vector<PoolMember>& members) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  const double now = m.Now();
+  std::set<std::string> listed;
+  for (const PoolMember& pm : members) {
+    listed.insert(pm.id);
+    auto [it, inserted] = m.conns.try_emplace(pm.id);
+    Conn& c = it->second;
+    if (!inserted && (c.host != pm.host || c.port != pm.port)) {
+      // A new address (a restarted pod): the old connection is not that worker any more.
+      if (c.handle) c.dead = c.handle;
+      c.handle = remote_builder_actor{};
+      c.retry_at = Clock::time_point{};
+    }
+    c.host = pm.host;
+    c.port = static_cast<uint16_t>(pm.port);
+    c.listed_ready = pm.ready;
+    if (inserted) m.placement.AddWorker(pm.id, 1, now);  // slots from its info on connect
+    m.placement.SetReady(pm.id, pm.ready && c.retry_at <= Clock::now(), now);
+  }
+  for (auto it = m.conns.begin(); it != m.conns.end();) {
+    if (listed.count(it->first)) {
+      ++it;
+      continue;
+    }
+    // Gone from the list: no new build goes there; a build running there ends on its own
+    // answer or its actor's down message.
+    spdlog::info("pool: worker {} left the pool", it->first);
+    m.placement.RemoveWorker(it->first);
+    it = m.conns.erase(it);
+  }
+  m.cv.notify_all();
+}
+
+std::vector<PoolMember> PoolBuilder::Members() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<PoolMember> out;
+  for (const auto& [w, c] : impl_->conns) out.push_back({w, c.host, c.port, c.listed_ready});
+  return out;
 }
 
 std::string PoolBuilder::WorkerOf(const std::string& build_id) const {

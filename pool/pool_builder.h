@@ -32,11 +32,12 @@
 #include "builder/builder.h"
 #include "pool/placement.h"
 #include "pool/remote_builder.h"
+#include "pool/worker_discovery.h"
 
 namespace kiln {
 
 struct PoolBuilderOptions {
-  std::vector<std::string> workers;  // "host:port" (scheduler.workers)
+  std::vector<std::string> workers;  // "host:port" (scheduler.workers); or SetMembers
   PoolTlsConfig tls;                 // the scheduler's certificate, key, and the workers' CA
   /// The git remote a worker fetches a domain's commits from (kiln serve's /git/<d>.git).
   std::function<std::string(const std::string& domain)> git_url;
@@ -55,6 +56,14 @@ class PoolBuilder : public Builder {
                   const CancelToken* cancel) override;
   /// Ok when at least one worker answers; Unavailable naming the unreachable ones otherwise.
   Status Check() override;
+
+  /// Replaces the pool's workers (discovery: PoolDiscovery calls it on every change of the
+  /// worker Service's EndpointSlices). A new member joins placement (its slots from its
+  /// `info` on connect), a member not ready gets no new build, a member no longer listed
+  /// leaves (only its candidates move); one whose address changed is reconnected.
+  void SetMembers(const std::vector<PoolMember>& members);
+  /// The workers now (id, address, ready as listed), sorted by id.
+  std::vector<PoolMember> Members() const;
 
   /// The worker that ran `build_id` (last attempt), "" when unknown. For tests and logs.
   std::string WorkerOf(const std::string& build_id) const;

@@ -28,6 +28,9 @@
 #include <sstream>
 #include <thread>
 
+#include "net/http_client.h"
+#include "pool/pool_discovery.h"
+
 namespace kiln {
 namespace {
 
@@ -467,6 +470,188 @@ TEST_F(PoolBuilderTest, WorkerKilledBetweenBuildsIsReplacedAndItsImageNeverPushe
   PushResult p = pool_->Push(
       Job("plain", "p0"), built, [](std::string_view) {}, nullptr);
   EXPECT_EQ(p.status.code(), Status::Code::kUnavailable);
+}
+
+// Discovery wired into dispatch: the same stand-in workers, found through the worker
+// Service's EndpointSlices served by tests/fake_k8s/fake_apiserver.py (HTTPS, certificates
+// made here), one slice per worker (each has its own port).
+class PoolDiscoveryTest : public PoolBuilderTest {
+ protected:
+  void SetUp() override {
+    PoolBuilderTest::SetUp();
+    if (HasFatalFailure()) return;
+    const std::string d = dir_.string();
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    ASSERT_EQ(Sh("cd " + d + " && openssl req -x509 " + ec +
+                 " -keyout api-ca.key -out api-ca.crt -subj /CN=slices-ca -days 2 && "
+                 "echo subjectAltName=IP:127.0.0.1 > san && openssl req " +
+                 ec +
+                 " -keyout api.key -out api.csr -subj /CN=kube-apiserver && "
+                 "openssl x509 -req -in api.csr -CA api-ca.crt -CAkey api-ca.key "
+                 "-CAcreateserial -out api.crt -days 2 -extfile san"),
+              0);
+    std::ofstream(dir_ / "tokens.json")
+        << nlohmann::json{{"tokens",
+                           {{"watcher",
+                             {{"user", "system:serviceaccount:kiln:kiln"},
+                              {"allow",
+                               {{"endpointslices.discovery.k8s.io", {"list", "watch"}}}}}}}}}
+               .dump();
+    api_pid_ = ::fork();
+    ASSERT_GE(api_pid_, 0);
+    if (api_pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      std::string port_file = (dir_ / "api.port").string(), cert = (dir_ / "api.crt").string(),
+                  key = (dir_ / "api.key").string(), tokens = (dir_ / "tokens.json").string();
+      ::execlp("python3", "python3", KILN_FAKE_APISERVER, "--port", "0", "--port-file",
+               port_file.c_str(), "--cert", cert.c_str(), "--key", key.c_str(), "--tokens",
+               tokens.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 750 && !fs::exists(dir_ / "api.port"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(fs::exists(dir_ / "api.port")) << "fake API server did not start";
+    std::ifstream(dir_ / "api.port") >> api_port_;
+    TlsOptions t;
+    t.ca_file = (dir_ / "api-ca.crt").string();
+    ASSERT_TRUE(TlsContext::Create(t, &tls_).ok());
+  }
+  void TearDown() override {
+    if (api_pid_ > 0) {
+      ::kill(api_pid_, SIGTERM);
+      ::waitpid(api_pid_, nullptr, 0);
+    }
+    PoolBuilderTest::TearDown();
+  }
+  std::unique_ptr<KubeClient> Client() {
+    KubeConfig cfg;
+    cfg.server = "https://127.0.0.1:" + std::to_string(api_port_);
+    cfg.tls.ca_file = (dir_ / "api-ca.crt").string();
+    cfg.token = TokenSource::Fixed("watcher");
+    cfg.namespace_ = "kiln";
+    cfg.source = "test";
+    std::unique_ptr<KubeClient> c;
+    KubeClientOptions o;
+    o.attempts = 1;
+    EXPECT_TRUE(KubeClient::Create(cfg, o, &c).ok());
+    return c;
+  }
+  void Control(const std::string& method, const std::string& target,
+               const nlohmann::json& body = nullptr) {
+    HttpOrigin o{true, "127.0.0.1", std::to_string(api_port_)};
+    HttpClientRequest req;
+    req.method = method;
+    req.target = target;
+    if (!body.is_null()) req.body = body.dump();
+    HttpClientResponse resp;
+    ASSERT_TRUE(HttpRoundTrip(o, tls_.get(), req, std::chrono::seconds(10), &resp).ok());
+    ASSERT_EQ(resp.status, 200) << resp.body;
+  }
+  // Worker `w`'s slice: one endpoint (its hostname is the worker's id) at its port.
+  void PutSlice(const std::string& w, bool ready) {
+    Control("POST", "/_fake/endpointslices",
+            {{"apiVersion", "discovery.k8s.io/v1"},
+             {"kind", "EndpointSlice"},
+             {"metadata",
+              {{"name", "kiln-worker-" + w},
+               {"namespace", "kiln"},
+               {"labels", {{"kubernetes.io/service-name", "kiln-worker"}}}}},
+             {"addressType", "IPv4"},
+             {"ports", {{{"name", "kiln-worker"}, {"port", ports_[w]}}}},
+             {"endpoints",
+              {{{"addresses", {"127.0.0.1"}},
+                {"hostname", w},
+                {"conditions", {{"ready", ready}}},
+                {"targetRef", {{"kind", "Pod"}, {"name", w}, {"namespace", "kiln"}}}}}}});
+  }
+  // Waits (bounded) until the pool's members are `ready` / `not_ready` exactly.
+  void WaitMembers(const PoolBuilder& pool, std::set<std::string> ready,
+                   std::set<std::string> not_ready = {}) {
+    std::set<std::string> r, n;
+    for (int i = 0; i < 1500; ++i) {
+      r.clear();
+      n.clear();
+      for (const PoolMember& m : pool.Members()) (m.ready ? r : n).insert(m.id);
+      if (r == ready && n == not_ready) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "members never became as expected";
+  }
+  PoolBuilderOptions Options() {
+    const std::string d = dir_.string();
+    PoolBuilderOptions o;
+    o.tls = {d + "/scheduler.crt", d + "/scheduler.key", d + "/worker-ca.crt"};
+    o.git_url = [](const std::string& dom) { return "http://127.0.0.1:1/git/" + dom + ".git"; };
+    return o;
+  }
+  std::string BuildOn(PoolBuilder& pool, const std::string& cand, const std::string& id) {
+    BuildResult r = pool.Build(
+        Job(cand, id), [](std::string_view) {}, nullptr);
+    EXPECT_TRUE(r.status.ok()) << r.status.message();
+    return pool.WorkerOf(id);
+  }
+
+  pid_t api_pid_ = -1;
+  int api_port_ = 0;
+  std::shared_ptr<const TlsContext> tls_;
+};
+
+TEST_F(PoolDiscoveryTest, WorkersFromEndpointSlicesJoinTurnNotReadyAndLeave) {
+  auto client = Client();
+  KubeSliceApi api(client.get(), "kiln", "kiln-worker", /*watch_timeout_s=*/1);
+  PoolBuilder pool(Options());  // no static workers: the slices decide
+  PutSlice("w1", true);
+  PutSlice("w2", true);
+  PoolDiscovery discovery(&api, "kiln-worker", &pool);
+  WaitMembers(pool, {"w1", "w2"});
+
+  std::map<std::string, std::string> first;
+  std::set<std::string> used;
+  for (int i = 0; i < 12; ++i) {
+    const std::string c = "c" + std::to_string(i);
+    first[c] = BuildOn(pool, c, "a" + std::to_string(i));
+    used.insert(first[c]);
+  }
+  EXPECT_EQ(used, (std::set<std::string>{"w1", "w2"}));
+
+  // w3 joins: it takes some candidates; the others stay where they were (none moves between
+  // w1 and w2).
+  PutSlice("w3", true);
+  WaitMembers(pool, {"w1", "w2", "w3"});
+  int moved = 0;
+  for (int i = 0; i < 12; ++i) {
+    const std::string c = "c" + std::to_string(i);
+    const std::string w = BuildOn(pool, c, "b" + std::to_string(i));
+    if (w != first[c]) {
+      EXPECT_EQ(w, "w3") << c << " moved from " << first[c] << " to " << w;
+      ++moved;
+    }
+  }
+  EXPECT_GT(moved, 0) << "the joining worker took no candidate";
+  EXPECT_LT(moved, 12);
+
+  // w1 not ready: no build goes there; its candidates go to their next worker.
+  PutSlice("w1", false);
+  WaitMembers(pool, {"w2", "w3"}, {"w1"});
+  for (int i = 0; i < 12; ++i)
+    EXPECT_NE(BuildOn(pool, "c" + std::to_string(i), "n" + std::to_string(i)), "w1");
+
+  // w2's slice is deleted: it leaves the pool.
+  Control("DELETE", "/_fake/endpointslices/kiln/kiln-worker-w2");
+  WaitMembers(pool, {"w3"}, {"w1"});
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(BuildOn(pool, "c" + std::to_string(i), "d" + std::to_string(i)), "w3");
+  // w1 ready again: re-admitted, its candidates come back to it.
+  PutSlice("w1", true);
+  WaitMembers(pool, {"w1", "w3"});
+  int back = 0;
+  for (int i = 0; i < 12; ++i) {
+    const std::string c = "c" + std::to_string(i);
+    if (first[c] == "w1" && BuildOn(pool, c, "e" + std::to_string(i)) == "w1") ++back;
+  }
+  EXPECT_GT(back, 0);
+  EXPECT_EQ(discovery.errors(), 0u);
+  EXPECT_GE(discovery.lists(), 1u);
 }
 
 }  // namespace
