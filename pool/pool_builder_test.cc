@@ -654,5 +654,37 @@ TEST_F(PoolDiscoveryTest, WorkersFromEndpointSlicesJoinTurnNotReadyAndLeave) {
   EXPECT_GE(discovery.lists(), 1u);
 }
 
+// scheduler.worker_service as kiln serve starts it: a kubeconfig for the fake API server, the
+// pool filled from the Service's slices, a build dispatched to a discovered worker.
+TEST_F(PoolDiscoveryTest, ConfiguredServicePoolDispatchesToDiscoveredWorkers) {
+  std::ofstream(dir_ / "kubeconfig")
+      << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+         "contexts:\n- name: t\n  context: {cluster: fake, user: kiln, namespace: kiln}\n"
+         "clusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:"
+      << api_port_ << "\n    certificate-authority: " << (dir_ / "api-ca.crt").string()
+      << "\nusers:\n- name: kiln\n  user:\n    token: watcher\n";
+  SchedulerConfig sched;
+  sched.worker_service = "kiln-worker";
+  sched.worker_service_kubeconfig = (dir_ / "kubeconfig").string();
+  PutSlice("w2", true);
+  std::shared_ptr<PoolBuilder> pool;
+  std::shared_ptr<void> keep;
+  Status st = StartServicePool(sched, Options(), &pool, &keep);
+  ASSERT_TRUE(st.ok()) << st.message();
+  WaitMembers(*pool, {"w2"});
+  EXPECT_EQ(BuildOn(*pool, "c1", "s1"), "w2");
+  keep.reset();  // stops the discovery thread before the pool goes
+  pool.reset();
+
+  // Without a kubeconfig and outside a cluster: a clear error naming the key.
+  SchedulerConfig in_cluster;
+  in_cluster.worker_service = "kiln-worker";
+  InClusterSource nowhere;  // no KUBERNETES_SERVICE_HOST/PORT
+  st = StartServicePool(in_cluster, Options(), &pool, &keep, &nowhere);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("scheduler.worker_service: "), std::string::npos) << st.message();
+  EXPECT_EQ(pool, nullptr);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+
+#include "k8s/kube_config.h"
 
 namespace kiln {
 
@@ -41,12 +44,50 @@ void PoolDiscovery::Loop() {
       continue;
     }
     ++errors_;
-    spdlog::warn("pool: worker discovery: {} (the last workers stay; again in {} ms)",
-                 st.message(), backoff.count());
+    spdlog::warn("pool: worker discovery: {} (the last workers stay; again in {} ms)", st.message(),
+                 backoff.count());
     std::unique_lock<std::mutex> lock(mu_);
     if (cv_.wait_for(lock, backoff, [this] { return stop_; })) return;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
   }
+}
+
+namespace {
+
+// Declaration order is destruction order reversed: the discovery thread stops first.
+struct ServicePool {
+  std::shared_ptr<PoolBuilder> pool;
+  std::unique_ptr<KubeClient> client;
+  std::unique_ptr<KubeSliceApi> api;
+  std::unique_ptr<PoolDiscovery> discovery;
+};
+
+}  // namespace
+
+Status StartServicePool(const SchedulerConfig& sched, PoolBuilderOptions opts,
+                        std::shared_ptr<PoolBuilder>* pool, std::shared_ptr<void>* keep,
+                        const InClusterSource* in_cluster) {
+  KubeConfig kc;
+  Status st =
+      sched.worker_service_kubeconfig
+          ? LoadKubeconfig(*sched.worker_service_kubeconfig, "", &kc)
+          : LoadInClusterConfig(in_cluster ? *in_cluster : InClusterSource::FromEnvironment(), &kc);
+  const std::string ns =
+      sched.worker_service_namespace.empty() ? kc.namespace_ : sched.worker_service_namespace;
+  if (st.ok() && ns.empty())
+    st = Status::FailedPrecondition("no namespace: set scheduler.worker_service.namespace");
+  auto sp = std::make_shared<ServicePool>();
+  if (st.ok()) st = KubeClient::Create(kc, KubeClientOptions{}, &sp->client);
+  if (!st.ok()) return Status::FailedPrecondition("scheduler.worker_service: " + st.message());
+  opts.workers.clear();
+  sp->pool = std::make_shared<PoolBuilder>(std::move(opts));
+  sp->api = std::make_unique<KubeSliceApi>(sp->client.get(), ns, sched.worker_service,
+                                           /*watch_timeout_s=*/5);
+  sp->discovery = std::make_unique<PoolDiscovery>(sp->api.get(), sched.worker_service_port_name,
+                                                  sp->pool.get());
+  *pool = sp->pool;
+  *keep = sp;
+  return Status::Ok();
 }
 
 }  // namespace kiln

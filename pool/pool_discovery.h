@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "config/config.h"
 #include "pool/pool_builder.h"
 #include "pool/worker_discovery.h"
 
@@ -45,5 +46,16 @@ class PoolDiscovery {
   bool stop_ = false;  // guarded by mu_
   std::thread thread_;
 };
+
+/// The pool of `scheduler.worker_service` (docs/configuration.md): a PoolBuilder made from
+/// `opts` (no static workers) whose members come from the Service's EndpointSlices, through
+/// the Kubernetes API of `worker_service.kubeconfig` or, without it, the in-cluster service
+/// account. `*keep` holds the client and the discovery thread: release it before the pool
+/// (its destructor stops the thread). FailedPrecondition / InvalidArgument naming
+/// `scheduler.worker_service` when the API cannot be configured (no cluster, bad kubeconfig,
+/// no namespace).
+Status StartServicePool(const SchedulerConfig& sched, PoolBuilderOptions opts,
+                        std::shared_ptr<PoolBuilder>* pool, std::shared_ptr<void>* keep,
+                        const InClusterSource* in_cluster = nullptr);
 
 }  // namespace kiln
