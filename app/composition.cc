@@ -1,11 +1,14 @@
 #include "app/composition.h"
 
+#include <spdlog/spdlog.h>
+
 #include "builder/buildah_builder.h"
 #include "builder/layered_builder.h"
 #include "builder/process_runner.h"
 #include "deploy/local_deployer.h"
 #include "k8s/kubernetes_deployer.h"
 #include "pool/pool_builder.h"
+#include "pool/pool_discovery.h"
 #include "registry/registry_client.h"
 
 namespace kiln {
@@ -36,8 +39,10 @@ Status PingRegistry(const RegistryConfig& reg) {
 }  // namespace
 
 void ComposeRuntime(const std::shared_ptr<const Config>& config, RuntimeOptions* opts) {
-  // Issue 20: with scheduler.workers, builds (both modes) run on the pool's workers.
-  if (!opts->builder && !config->scheduler.workers.empty()) {
+  // Issue 20: with scheduler.workers or scheduler.worker_service, builds (both modes) run on
+  // the pool's workers.
+  const bool pool = !config->scheduler.workers.empty() || !config->scheduler.worker_service.empty();
+  if (!opts->builder && pool) {
     PoolBuilderOptions po;
     po.workers = config->scheduler.workers;
     po.tls = {config->scheduler.worker_tls_certificate, config->scheduler.worker_tls_key,
@@ -46,7 +51,22 @@ void ComposeRuntime(const std::shared_ptr<const Config>& config, RuntimeOptions*
     po.git_url = [server](const std::string& domain) { return GitRemoteUrl(server, domain); };
     if (!config->server.state_dir.empty())
       po.journal_file = config->server.state_dir + "/pool-journal.jsonl";
-    opts->builder = std::make_shared<PoolBuilder>(std::move(po));
+    if (config->scheduler.worker_service.empty()) {
+      opts->builder = std::make_shared<PoolBuilder>(std::move(po));
+    } else {
+      std::shared_ptr<PoolBuilder> discovered;
+      std::shared_ptr<void> keep;
+      Status st = StartServicePool(config->scheduler, std::move(po), &discovered, &keep);
+      if (!st.ok()) {
+        // Builds then fail as infrastructure ("no worker of the pool is reachable") until
+        // the configuration is fixed; the reason is in the log at start.
+        spdlog::error("pool: {}", st.message());
+        PoolBuilderOptions none;
+        discovered = std::make_shared<PoolBuilder>(std::move(none));
+      }
+      opts->builder = discovered;
+      if (keep) opts->keep_alive.push_back(std::move(keep));
+    }
     opts->layered = opts->builder;
   }
   if (!opts->builder) {  // an injected builder (tests) serves both modes

@@ -9,18 +9,20 @@
 #include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
-#include <thread>
 
+#include "actors/blocking_work.h"
 #include "actors/runtime.h"
 #include "app/composition.h"
 #include "common/file_util.h"
@@ -28,6 +30,7 @@
 #include "common/names.h"
 #include "core/cancel_token.h"
 #include "pool/build_wire.h"
+#include "pool/worker_admission.h"
 #include "registry/registry_client.h"
 #include "workspace/checkout.h"
 #include "workspace/git_repo.h"
@@ -162,7 +165,9 @@ class WorkerCore {
         raw_(std::move(raw)),
         containerfile_(std::move(containerfile)),
         layered_(std::move(layered)),
-        token_(std::move(token)) {
+        token_(std::move(token)),
+        build_threads_(static_cast<size_t>(s_.slots)),
+        push_threads_(static_cast<size_t>(s_.slots)) {
     // Candidates with a checked-out workspace from an earlier run are warm.
     std::error_code ec;
     const fs::path domains = fs::path(site_->server.state_dir) / "worker" / "domains";
@@ -193,16 +198,20 @@ class WorkerCore {
     if (it != cancels_.end()) it->second->Cancel();
   }
 
-  // Runs one build or push to the end (blocking; a build thread).
-  RemoteBuildAnswer Run(const RemoteBuildRequest& r, const CancelToken* cancel) {
+  // Queues `fn` on the bounded thread pool of `op` (builds or pushes, `slots` threads each;
+  // admission in the published actor bounds what waits).
+  void Submit(WorkerAdmission::Op op, std::function<void()> fn) {
+    (op == WorkerAdmission::Op::kBuild ? build_threads_ : push_threads_).Run(std::move(fn));
+  }
+
+  // Runs one build or push to the end (blocking; a thread of the op's pool).
+  RemoteBuildAnswer Run(const RemoteBuildRequest& r, const CancelToken* cancel, int64_t received) {
     RemoteBuildAnswer a;
     a.op = r.op;
     a.build_id = r.build_id;
     a.worker = s_.name;
-    const int64_t received = WireNowMs();
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      slot_cv_.wait(lock, [&] { return running_ < s_.slots; });
+      std::lock_guard<std::mutex> lock(mu_);
       ++running_;
     }
     std::shared_ptr<std::mutex> cand = CandidateLock(r.domain + "/" + r.candidate);
@@ -217,7 +226,6 @@ class WorkerCore {
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
     cancels_.erase(r.build_id);
-    slot_cv_.notify_one();
     return a;
   }
 
@@ -380,43 +388,87 @@ class WorkerCore {
   std::shared_ptr<Builder> containerfile_, layered_;
   const std::string token_;
   std::mutex mu_;
-  std::condition_variable slot_cv_;
-  int running_ = 0;
+  int running_ = 0;  // builds and pushes running now (not those waiting for a thread)
   std::set<std::string> warm_;
   std::map<std::string, std::shared_ptr<CancelToken>> cancels_;
   std::map<std::string, std::shared_ptr<std::mutex>> candidate_locks_;
+  // Last: destroyed first. Their threads keep the pools' shared state and the closures keep
+  // this core alive until they end.
+  BlockingWork build_threads_;
+  BlockingWork push_threads_;
 };
 
 struct FrontState {
-  std::map<uint64_t, caf::typed_response_promise<std::string>> open;
+  // Requests waiting for a running build or push, by job number; a job's key ("op build_id
+  // hash-of-the-request-text")
+  // and the running job of each key: a request for a key already running joins that job, so
+  // a scheduler that re-sends after its connection dropped never starts a second build or
+  // push of one build id on this worker.
+  std::map<uint64_t, std::vector<caf::typed_response_promise<std::string>>> open;
+  std::map<uint64_t, std::string> key_of;
+  std::map<std::string, uint64_t> running;
+  // The last answers, by key (bounded): a request for a key that already ended gets its answer
+  // again (the scheduler's connection may have dropped just before it was delivered).
+  std::map<std::string, std::string> done;
+  std::deque<std::string> done_order;
+  size_t done_bytes = 0;
   uint64_t next = 0;
+  std::optional<WorkerAdmission> admission;  // set when the actor starts
 };
+
+WorkerAdmission::Op OpOf(const std::string& key) {
+  return key.rfind("push ", 0) == 0 ? WorkerAdmission::Op::kPush : WorkerAdmission::Op::kBuild;
+}
+
+constexpr size_t kDoneAnswers = 64;
+constexpr size_t kDoneBytes = 64u << 20;
 
 // The published actor. A build or push runs on a thread of its own; its answer comes back as
 // a `_done` message carrying this process's nonce (the scheduler cannot forge it), which
-// delivers the request's promise. Never blocks.
+// delivers the promises of every request for it. Never blocks.
 remote_builder_actor::behavior_type Front(remote_builder_actor::stateful_pointer<FrontState> self,
                                           std::shared_ptr<WorkerCore> core, std::string nonce) {
+  self->state.admission.emplace(core->settings().slots);
   return {[=](remote_build_atom, const std::string& text) -> caf::result<std::string> {
+    FrontState& st = self->state;
     json j = json::parse(text, nullptr, false);
     if (j.is_object() && j.value("op", "") == "_done") {
       if (j.value("nonce", "") != nonce) return std::string("{}");
-      auto it = self->state.open.find(j.value("job", uint64_t{0}));
-      if (it != self->state.open.end()) {
-        it->second.deliver(j.value("answer", std::string()));
-        self->state.open.erase(it);
+      const uint64_t job = j.value("job", uint64_t{0});
+      const std::string answer = j.value("answer", std::string());
+      auto it = st.open.find(job);
+      if (it != st.open.end()) {
+        for (auto& rp : it->second) rp.deliver(answer);
+        st.open.erase(it);
+      }
+      auto k = st.key_of.find(job);
+      if (k != st.key_of.end()) {
+        st.admission->Done(OpOf(k->second));
+        st.running.erase(k->second);
+        if (st.done.emplace(k->second, answer).second) {
+          st.done_order.push_back(k->second);
+          st.done_bytes += answer.size();
+        }
+        st.key_of.erase(k);
+        while (!st.done_order.empty() &&
+               (st.done_order.size() > kDoneAnswers || st.done_bytes > kDoneBytes)) {
+          auto d = st.done.find(st.done_order.front());
+          st.done_bytes -= d->second.size();
+          st.done.erase(d);
+          st.done_order.pop_front();
+        }
       }
       return std::string("{}");
     }
     RemoteBuildRequest r;
-    Status st = RemoteBuildRequestFromText(text, &r);
+    Status parsed = RemoteBuildRequestFromText(text, &r);
     RemoteBuildAnswer a;
     a.op = r.op;
     a.build_id = r.build_id;
     a.worker = core->settings().name;
-    if (!st.ok()) {
+    if (!parsed.ok()) {
       a.op = "build";
-      a.build.status = st;
+      a.build.status = parsed;
       return RemoteBuildAnswerToText(a);
     }
     if (r.op == "info") {
@@ -432,15 +484,40 @@ remote_builder_actor::behavior_type Front(remote_builder_actor::stateful_pointer
       a.build.status = Status::InvalidArgument("unknown op '" + r.op + "'");
       return RemoteBuildAnswerToText(a);
     }
+    // The same request text (a re-send) — not merely the same build id — is the same job.
+    const std::string key =
+        r.op + " " + r.build_id + " " + std::to_string(std::hash<std::string>{}(text));
+    if (auto d = st.done.find(key); d != st.done.end()) {
+      spdlog::info("worker: {} {} asked again: it ended, answering again", r.op, r.build_id);
+      return d->second;
+    }
+    if (auto run = st.running.find(key); run != st.running.end()) {
+      spdlog::info("worker: {} {} asked again: joining the running one", r.op, r.build_id);
+      auto rp = self->make_response_promise<std::string>();
+      st.open[run->second].push_back(rp);
+      return rp;
+    }
+    const WorkerAdmission::Op op = OpOf(key);
+    if (!st.admission->Admit(op)) {
+      spdlog::warn("worker: {} {} refused: busy", r.op, r.build_id);
+      a.busy = true;
+      Status busy = Status::ResourceExhausted(st.admission->BusyMessage(op, a.worker));
+      (r.op == "build" ? a.build.status : a.push.status) = busy;
+      a.build.failure_kind = "infrastructure";
+      return RemoteBuildAnswerToText(a);
+    }
     auto rp = self->make_response_promise<std::string>();
-    const uint64_t job = self->state.next++;
-    self->state.open.emplace(job, rp);
+    const uint64_t job = st.next++;
+    st.open[job].push_back(rp);
+    st.key_of[job] = key;
+    st.running[key] = job;
     auto cancel = core->Register(r.build_id);
     caf::actor me = caf::actor_cast<caf::actor>(self);
     spdlog::info("worker: {} {} of {}/{} ({})", r.op, r.build_id, r.domain, r.candidate,
                  r.commit.substr(0, 12));
-    std::thread([core, r, cancel, me, job, nonce] {
-      RemoteBuildAnswer ans = core->Run(r, cancel.get());
+    const int64_t received = WireNowMs();
+    core->Submit(op, [core, r, cancel, me, job, nonce, received] {
+      RemoteBuildAnswer ans = core->Run(r, cancel.get(), received);
       spdlog::info("worker: {} {} ended: {}", r.op, r.build_id,
                    (r.op == "build" ? ans.build.status : ans.push.status).ToString());
       json done = {{"op", "_done"},
@@ -448,7 +525,7 @@ remote_builder_actor::behavior_type Front(remote_builder_actor::stateful_pointer
                    {"job", job},
                    {"answer", RemoteBuildAnswerToText(ans)}};
       caf::anon_send(me, remote_build_atom::value, done.dump());
-    }).detach();
+    });
     return rp;
   }};
 }

@@ -11,8 +11,11 @@
 // credentials) and a "worker" block; no domains (requests carry the domain's build config,
 // validated here with kiln's config parser). docs/architecture.md, "Worker pool".
 //
-// Thread-safety: WorkerCommand runs until SIGTERM/SIGINT. Builds run on threads of their own;
-// the published actor never blocks.
+// Thread-safety: WorkerCommand runs until SIGTERM/SIGINT. Builds and pushes run on two bounded
+// thread pools (BlockingWork, `slots` threads each); the published actor never blocks. It
+// admits `slots` more of each waiting (WorkerAdmission) and answers any request past that at
+// once as busy (`busy: true`, resource exhausted), never queueing without bound. A request for
+// a build id already running joins it; one that ended recently gets its answer again.
 #pragma once
 
 #include <nlohmann/json.hpp>

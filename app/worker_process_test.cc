@@ -2,10 +2,14 @@
 // without buildah or a registry: it advertises its slots; a build request whose build config
 // the parser refuses (a root build user) is refused before anything runs; a build whose source
 // cannot be fetched fails as infrastructure naming the commit — both answered asynchronously
-// from the worker's build threads; a scheduler certificate of another CA is refused.
+// from the worker's build threads; a scheduler certificate of another CA is refused; a full
+// worker answers busy at once, and a build id asked again joins the running build.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -156,6 +160,59 @@ TEST_F(WorkerProcessTest, AdvertisesSlotsRefusesBadRequestsAndReportsFetchFailur
   EXPECT_EQ(log.find("worker-secret-token"), std::string::npos);
   EXPECT_EQ(a.build.status.message().find("worker-secret-token"), std::string::npos);
   EXPECT_NE(log.find("worker: build b-0000000000000001"), std::string::npos) << log;
+}
+
+TEST_F(WorkerProcessTest, FullWorkerAnswersBusyAndARepeatedBuildJoinsTheRunningOne) {
+  // A git endpoint that accepts connections (the kernel's backlog) and never answers: every
+  // build's fetch hangs there, so builds stay admitted for the whole test.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/git/d.git";
+
+  PoolSystemConfig cfg(Tls("scheduler"));
+  caf::actor_system sys(cfg);
+  remote_builder_actor h;
+  Status st = ConnectRemoteBuilder(sys, "127.0.0.1", static_cast<uint16_t>(port_), &h);
+  ASSERT_TRUE(st.ok()) << st.message();
+  auto build = [&](int i) {
+    RemoteBuildRequest r = Build("kiln-build");
+    r.build_id = "b-hang-" + std::to_string(i);
+    r.candidate = "c" + std::to_string(i);
+    r.git_url = url;
+    return r;
+  };
+  // slots 2: two builds run, two wait; their answers never come during the test.
+  caf::scoped_actor self{sys};
+  for (int i = 1; i <= 4; ++i)
+    self->send(h, remote_build_atom::value, RemoteBuildRequestToText(build(i)));
+  // The fifth is refused at once, as busy (the same sender's messages arrive in order).
+  RemoteBuildAnswer a = Ask(sys, h, build(5));
+  EXPECT_TRUE(a.busy);
+  EXPECT_EQ(a.op, "build");
+  EXPECT_EQ(a.build_id, "b-hang-5");
+  EXPECT_EQ(a.build.status.code(), Status::Code::kResourceExhausted) << a.build.status.message();
+  EXPECT_NE(a.build.status.message().find("worker w busy: 4 builds"), std::string::npos)
+      << a.build.status.message();
+  // Asked again, a running build id joins it: no new build, no busy answer.
+  self->send(h, remote_build_atom::value, RemoteBuildRequestToText(build(1)));
+  RemoteBuildRequest info;
+  info.op = "info";
+  a = Ask(sys, h, info);  // answered after the repeated request was handled (in order)
+  EXPECT_EQ(a.info.value("slots", 0), 2);
+  std::ifstream in(dir_ / "worker.log");
+  std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("worker: build b-hang-1 asked again: joining the running one"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("worker: build b-hang-5 refused: busy"), std::string::npos) << log;
+  EXPECT_EQ(log.find("worker: build b-hang-5 of"), std::string::npos) << log;
+  ::close(lfd);
 }
 
 TEST_F(WorkerProcessTest, SchedulerOfAnotherCaIsRefused) {

@@ -59,6 +59,12 @@ struct SchedulerConfig {
   // Issue 20: SHA-256 of the workers' read credential for /git/<domain>.git (upload-pack of
   // any domain, never receive-pack, never /mcp). Empty: workers cannot fetch.
   std::vector<std::string> worker_token_sha256;
+  // Issue 20: the pool from a worker Service's EndpointSlices instead of a static list
+  // (`worker_service`): the Service's name ("" = none), its namespace ("" = the service
+  // account's), the EndpointSlice port name, and a kubeconfig file (none: in-cluster).
+  std::string worker_service, worker_service_namespace;
+  std::string worker_service_port_name = "kiln-worker";
+  std::optional<std::string> worker_service_kubeconfig;
 };
 
 struct RegistryConfig {

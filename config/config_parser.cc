@@ -664,7 +664,7 @@ void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
   const std::string path = "scheduler";
   CheckKeys(obj, path,
             {"max_parallel_builds", "build_log_max_bytes", "workers", "worker_tls",
-             "worker_token_sha256"});
+             "worker_token_sha256", "worker_service"});
   ReadInt(obj, "max_parallel_builds", path, 1, 64, &out->max_parallel_builds);
   ReadInt(obj, "build_log_max_bytes", path, 4 << 10, int64_t{1} << 30, &out->build_log_max_bytes);
   if (ReadStringList(obj, "workers", path, false, &out->workers)) {  // issue 20
@@ -677,6 +677,26 @@ void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
       if (!why.empty())
         Problem(Index(Join(path, "workers"), i), "\"" + out->workers[i] + "\" " + why);
     }
+  }
+  // Issue 20: the pool from the worker Service's EndpointSlices (Kubernetes).
+  if (const json* ws = Section(obj, "worker_service", path, false)) {
+    const std::string wp = Join(path, "worker_service");
+    CheckKeys(*ws, wp, {"service", "namespace", "port_name", "kubeconfig"});
+    if (ReadString(*ws, "service", wp, true, &out->worker_service)) {
+      Status ok = ValidateName(out->worker_service, "service");
+      if (!ok.ok()) Problem(Join(wp, "service"), ok.message());
+    }
+    ReadString(*ws, "namespace", wp, false, &out->worker_service_namespace);
+    ReadString(*ws, "port_name", wp, false, &out->worker_service_port_name);
+    std::string kc;
+    if (ReadString(*ws, "kubeconfig", wp, false, &kc)) {
+      out->worker_service_kubeconfig = Resolve(kc);
+      CheckFile(*out->worker_service_kubeconfig, Join(wp, "kubeconfig"));
+    }
+    if (!out->workers.empty())
+      Problem(wp,
+              "set either scheduler.workers (a static list) or scheduler.worker_service "
+              "(EndpointSlices), not both");
   }
   // Issue 20: the pool's mutual TLS and the workers' git credential.
   if (const json* t = Section(obj, "worker_tls", path, false)) {
@@ -691,10 +711,11 @@ void ConfigReader::ReadScheduler(const json& obj, SchedulerConfig* out) {
         CheckFile(*field, Join(tp, key));
       }
     }
-  } else if (!out->workers.empty()) {
+  } else if (!out->workers.empty() || !out->worker_service.empty()) {
     Problem(Join(path, "worker_tls"),
-            "missing required key (scheduler.workers is set): {certificate, key, worker_ca} "
-            "for the pool's mutual TLS");
+            std::string("missing required key (scheduler.") +
+                (out->workers.empty() ? "worker_service" : "workers") +
+                " is set): {certificate, key, worker_ca} for the pool's mutual TLS");
   }
   if (ReadStringList(obj, "worker_token_sha256", path, false, &out->worker_token_sha256))
     CheckTokenList(out->worker_token_sha256, Join(path, "worker_token_sha256"));

@@ -1368,6 +1368,45 @@ TEST_F(ConfigParserTest, SchedulerWorkersAreValidated) {
   j["scheduler"] = {{"worker_token_sha256", {kHashC}}};  // the operator's
   ExpectOnly(j, "scheduler.worker_token_sha256[0]");
 }
+
+TEST_F(ConfigParserTest, SchedulerWorkerServiceIsValidated) {
+  Config c;
+  ASSERT_TRUE(Parse(Valid(), &c).empty());
+  EXPECT_TRUE(c.scheduler.worker_service.empty());  // default: no discovery
+  EXPECT_EQ(c.scheduler.worker_service_port_name, "kiln-worker");
+  const json tls = {{"certificate", auth_file_}, {"key", auth_file_}, {"worker_ca", auth_file_}};
+  json j = Valid();
+  j["scheduler"] = {{"worker_service", {{"service", "kiln-worker"}}}, {"worker_tls", tls}};
+  ASSERT_TRUE(Parse(j, &c).empty()) << Describe(Parse(j));
+  EXPECT_EQ(c.scheduler.worker_service, "kiln-worker");
+  EXPECT_TRUE(c.scheduler.worker_service_namespace.empty());        // the service account's
+  EXPECT_FALSE(c.scheduler.worker_service_kubeconfig.has_value());  // in-cluster
+  j["scheduler"] = {{"worker_service",
+                     {{"service", "w"},
+                      {"namespace", "builds"},
+                      {"port_name", "rpc"},
+                      {"kubeconfig", auth_file_}}},
+                    {"worker_tls", tls}};
+  ASSERT_TRUE(Parse(j, &c).empty()) << Describe(Parse(j));
+  EXPECT_EQ(c.scheduler.worker_service_namespace, "builds");
+  EXPECT_EQ(c.scheduler.worker_service_port_name, "rpc");
+  EXPECT_EQ(c.scheduler.worker_service_kubeconfig.value_or(""), auth_file_);
+  // Refused, each naming its key.
+  j["scheduler"] = {{"worker_service", {{"service", "w"}}}};
+  ExpectOnly(j, "scheduler.worker_tls");
+  j["scheduler"] = {{"worker_service", json::object()}, {"worker_tls", tls}};
+  ExpectOnly(j, "scheduler.worker_service.service");
+  j["scheduler"] = {{"worker_service", {{"service", "../x"}}}, {"worker_tls", tls}};
+  ExpectOnly(j, "scheduler.worker_service.service");
+  j["scheduler"] = {{"worker_service", {{"service", "w"}, {"watch", true}}}, {"worker_tls", tls}};
+  ExpectOnly(j, "scheduler.worker_service.watch");
+  j["scheduler"] = {{"worker_service", {{"service", "w"}, {"kubeconfig", "/nonexistent/kc"}}},
+                    {"worker_tls", tls}};
+  ExpectOnly(j, "scheduler.worker_service.kubeconfig");
+  j["scheduler"] = {
+      {"workers", {"a:1"}}, {"worker_service", {{"service", "w"}}}, {"worker_tls", tls}};
+  ExpectOnly(j, "scheduler.worker_service");
+}
 // --- end issue 20 ---------------------------------------------------------------------------
 
 }  // namespace

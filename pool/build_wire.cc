@@ -136,6 +136,7 @@ Status StatusOf(const json& j) {
 
 std::string RemoteBuildAnswerToText(const RemoteBuildAnswer& a) {
   json j = {{"op", a.op}, {"build_id", a.build_id}, {"worker", a.worker}, {"log", a.log}};
+  if (a.busy) j["busy"] = true;
   if (a.op == "build") {
     j["status"] = StatusJson(a.build.status);
     j["compile_failed"] = a.build.compile_failed;
@@ -165,6 +166,7 @@ Status RemoteBuildAnswerFromText(const std::string& text, RemoteBuildAnswer* out
     a.build_id = j.value("build_id", std::string());
     a.worker = j.value("worker", std::string());
     a.log = j.value("log", std::string());
+    a.busy = j.value("busy", false);
     if (a.op == "build") {
       a.build.status = StatusOf(j.value("status", json()));
       a.build.compile_failed = j.value("compile_failed", false);

@@ -50,6 +50,9 @@ struct RemoteBuildAnswer {
   PushResult push;    // op push
   std::string log;    // op build/push: everything the worker printed for this build
   nlohmann::json info = nlohmann::json::object();  // op info: {"slots", "running", "warm"}
+  /// op build/push: the worker was full and did not start it (its status says so); the
+  /// scheduler places the build elsewhere or asks again, without counting a retry.
+  bool busy = false;
 };
 
 std::string RemoteBuildAnswerToText(const RemoteBuildAnswer& a);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "config/config_parser.h"
 #include "pool/build_wire.h"
@@ -49,7 +50,13 @@ struct PoolBuilder::Conn {
   std::string host;
   uint16_t port = 0;
   remote_builder_actor handle;  // null until connected
+  // The handle (proxy) that last went down. CAF's middleman caches one proxy per host:port and
+  // drops it only when its own down message is handled, so a reconnect right after a loss can
+  // be handed the dead proxy again (a request to it only times out). Compared by identity: a
+  // live worker's new proxy has the same actor address as its dead one.
+  remote_builder_actor dead;
   Clock::time_point retry_at{};
+  bool listed_ready = true;  // discovery: the endpoint's ready condition (static: always)
 };
 
 struct PoolBuilder::Impl {
@@ -79,11 +86,24 @@ struct PoolBuilder::Impl {
     Conn c;
     {
       std::lock_guard<std::mutex> lock(mu);
-      c = conns[worker];
+      auto it = conns.find(worker);
+      if (it == conns.end()) return remote_builder_actor{};  // no longer a member
+      c = it->second;
       if (c.handle) return c.handle;
     }
     remote_builder_actor h;
     Status st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    auto same = [](const remote_builder_actor& a, const remote_builder_actor& b) {
+      return caf::actor_cast<caf::abstract_actor*>(a) == caf::actor_cast<caf::abstract_actor*>(b);
+    };
+    for (int i = 0; st.ok() && c.dead && same(h, c.dead); ++i) {
+      if (i == 100) {  // 2 s: CAF did not drop its cached dead handle
+        st = Status::Unavailable("worker " + worker + ": only its lost connection is offered");
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    }
     nlohmann::json info;
     if (st.ok()) {
       caf::scoped_actor self{sys};
@@ -101,7 +121,9 @@ struct PoolBuilder::Impl {
               });
     }
     std::lock_guard<std::mutex> lock(mu);
-    Conn& cc = conns[worker];
+    auto cit = conns.find(worker);
+    if (cit == conns.end()) return remote_builder_actor{};  // removed meanwhile
+    Conn& cc = cit->second;
     if (!st.ok()) {
       spdlog::warn("pool: {}", st.message());
       cc.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
@@ -110,6 +132,7 @@ struct PoolBuilder::Impl {
       return remote_builder_actor{};
     }
     cc.handle = h;
+    cc.dead = remote_builder_actor{};
     size_t slots = info.value("slots", size_t{1});
     placement.AddWorker(worker, slots, Now());
     placement.SetReady(worker, true, Now());
@@ -125,17 +148,66 @@ struct PoolBuilder::Impl {
   // answers again.
   void Lost(const std::string& worker) {
     std::lock_guard<std::mutex> lock(mu);
-    Conn& c = conns[worker];
+    auto it = conns.find(worker);
+    if (it == conns.end()) return;
+    Conn& c = it->second;
+    if (c.handle) c.dead = c.handle;
     c.handle = remote_builder_actor{};
     c.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
     placement.SetReady(worker, false, Now());
     cv.notify_all();
   }
 
+  // A down message is not proof that the worker is gone (a connection can drop while the
+  // worker lives): forget the handle, reconnect and ask `info`. A handle when the worker
+  // answers (it stays in placement, its running builds keep their slots), null when it cannot
+  // be reached (then it is out of placement until a later reconnect).
+  remote_builder_actor Reconfirm(const std::string& worker) {
+    ClearTransportErrors(sys);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = conns.find(worker);
+      if (it == conns.end()) return remote_builder_actor{};
+      if (it->second.handle) it->second.dead = it->second.handle;
+      it->second.handle = remote_builder_actor{};
+    }
+    return Connect(worker);
+  }
+
+  // Runs `req` on `worker` to its answer. When the connection drops but the worker still
+  // answers on a new one, the same request is sent again: the worker joins the build or push
+  // it already runs for that build id, or answers again the one that ended (never a second
+  // one), so a dropped connection is neither a lost worker nor a retry. At most
+  // `kReattach` times per attempt.
+  Attempt RunConfirmed(const std::string& worker, remote_builder_actor h,
+                       const RemoteBuildRequest& req, Clock::time_point deadline,
+                       const CancelToken* cancel, const OutputFn& out) {
+    constexpr int kReattach = 3;
+    Attempt at;
+    for (int reattached = 0;; ++reattached) {
+      at = Run(worker, h, req, deadline, cancel);
+      if (!at.lost || reattached == kReattach || (cancel && cancel->cancelled())) return at;
+      h = Reconfirm(worker);
+      if (!h) return at;
+      spdlog::warn(
+          "pool: the connection to worker {} dropped during {} {}; it answers on a new "
+          "one: re-attaching",
+          worker, req.op, req.build_id);
+      out("kiln: the connection to worker " + worker +
+          " dropped; it still answers: " + "re-attached to the " + req.op + "\n");
+    }
+  }
+
+  size_t WorkerCount() {
+    std::lock_guard<std::mutex> lock(mu);
+    return conns.size();
+  }
+
   // Re-admits workers whose retry time has come (their next Connect decides). Under mu.
   void ReadmitLocked() {
     for (auto& [w, c] : conns)
-      if (!c.handle && c.retry_at <= Clock::now()) placement.SetReady(w, true, Now());
+      if (!c.handle && c.listed_ready && c.retry_at <= Clock::now())
+        placement.SetReady(w, true, Now());
   }
 
   // Chooses a worker for `ck` (not in `exclude`) and takes its slot; "" when none is ready.
@@ -208,7 +280,12 @@ struct PoolBuilder::Impl {
             }
           },
           [&](const caf::down_msg& m) {
-            if (m.source == h.address()) at.lost = true;
+            if (m.source == h.address()) {
+              at.lost = true;
+              // The dead connection's TLS error may still sit in the network thread's
+              // OpenSSL queue, where it would fail the next read of a healthy connection.
+              ClearTransportErrors(sys);
+            }
           },
           [&](const caf::error& e) {
             at.error =
@@ -280,7 +357,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
   const std::string ck = job.domain + "/" + job.candidate;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
   std::set<std::string> tried;
-  std::vector<std::string> lost;
+  std::vector<std::string> lost, busy;
   for (int attempt = 0; attempt < 2; ++attempt) {
     bool warm = false;
     const int64_t decided = WireNowMs();
@@ -291,7 +368,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     if (!h) {
       m.Done(w, ck, warm, 0, false);
       --attempt;  // an unreachable worker never started the build: not a retry
-      if (tried.size() >= m.opts.workers.size()) break;
+      if (tried.size() >= m.WorkerCount()) break;
       continue;
     }
     RemoteBuildRequest req =
@@ -299,9 +376,19 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     req.sent_unix_ms = decided;
     out("kiln: building on worker " + w + (warm ? " (warm)" : " (cold)") + "\n");
     auto t = Clock::now();
-    Attempt at = m.Run(w, h, req, deadline, cancel);
+    Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
     double secs = std::chrono::duration<double>(Clock::now() - t).count();
     m.Done(w, ck, warm, secs, at.answered && at.answer.build.status.ok());
+    if (at.answered && at.answer.busy) {
+      // The worker was full and did not start it: another worker, not a retry.
+      spdlog::info("pool: worker {} busy for build {}: {}", w, job.build_id,
+                   at.answer.build.status.message());
+      out("kiln: worker " + w + " is busy; placing the build elsewhere\n");
+      busy.push_back(w);
+      --attempt;
+      if (tried.size() >= m.WorkerCount()) break;
+      continue;
+    }
     if (at.answered) {
       if (!at.answer.log.empty()) out(at.answer.log);
       res = std::move(at.answer.build);
@@ -344,10 +431,13 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
   }
   std::string names;
   for (const std::string& w : lost) names += (names.empty() ? "" : ", ") + w;
-  res.status = lost.empty() ? Status::Unavailable(
-                                  "no worker of the pool is reachable "
-                                  "(scheduler.workers)")
-                            : Status::Unavailable("lost worker(s) " + names + " mid-build");
+  if (!lost.empty()) {
+    res.status = Status::Unavailable("lost worker(s) " + names + " mid-build");
+  } else if (!busy.empty()) {
+    res.status = Status::Unavailable("every reachable worker of the pool was busy");
+  } else {
+    res.status = Status::Unavailable("no worker of the pool is reachable (scheduler.workers)");
+  }
   res.failure_kind = "infrastructure";
   return res;
 }
@@ -372,8 +462,16 @@ PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, cons
   RemoteBuildRequest req = RequestOf(job, "push", m.opts.git_url ? m.opts.git_url(job.domain) : "");
   req.image_id = built.image_id;
   req.sent_unix_ms = WireNowMs();
-  Attempt at =
-      m.Run(w, h, req, Clock::now() + std::chrono::seconds(job.build.timeout_s + 120), cancel);
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
+  Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
+  // Only this worker holds the image: a busy answer (its push line is full) is asked again.
+  while (at.answered && at.answer.busy && Clock::now() < deadline &&
+         !(cancel && cancel->cancelled())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    h = m.Connect(w);
+    if (!h) break;
+    at = m.RunConfirmed(w, h, req, deadline, cancel, out);
+  }
   if (at.answered) {
     if (!at.answer.log.empty()) out(at.answer.log);
     return at.answer.push;
@@ -397,7 +495,12 @@ PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, cons
 Status PoolBuilder::Check() {
   std::string down;
   bool any = false;
-  for (const std::string& w : impl_->opts.workers) {
+  std::vector<std::string> workers;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const auto& [w, c] : impl_->conns) workers.push_back(w);
+  }
+  for (const std::string& w : workers) {
     if (impl_->Connect(w)) {
       any = true;
     } else {
@@ -406,6 +509,48 @@ Status PoolBuilder::Check() {
   }
   if (any) return Status::Ok();
   return Status::Unavailable("no worker of the pool answers: " + down);
+}
+
+void PoolBuilder::SetMembers(const std::vector<PoolMember>& members) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  const double now = m.Now();
+  std::set<std::string> listed;
+  for (const PoolMember& pm : members) {
+    listed.insert(pm.id);
+    auto [it, inserted] = m.conns.try_emplace(pm.id);
+    Conn& c = it->second;
+    if (!inserted && (c.host != pm.host || c.port != pm.port)) {
+      // A new address (a restarted pod): the old connection is not that worker any more.
+      if (c.handle) c.dead = c.handle;
+      c.handle = remote_builder_actor{};
+      c.retry_at = Clock::time_point{};
+    }
+    c.host = pm.host;
+    c.port = static_cast<uint16_t>(pm.port);
+    c.listed_ready = pm.ready;
+    if (inserted) m.placement.AddWorker(pm.id, 1, now);  // slots from its info on connect
+    m.placement.SetReady(pm.id, pm.ready && c.retry_at <= Clock::now(), now);
+  }
+  for (auto it = m.conns.begin(); it != m.conns.end();) {
+    if (listed.count(it->first)) {
+      ++it;
+      continue;
+    }
+    // Gone from the list: no new build goes there; a build running there ends on its own
+    // answer or its actor's down message.
+    spdlog::info("pool: worker {} left the pool", it->first);
+    m.placement.RemoveWorker(it->first);
+    it = m.conns.erase(it);
+  }
+  m.cv.notify_all();
+}
+
+std::vector<PoolMember> PoolBuilder::Members() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<PoolMember> out;
+  for (const auto& [w, c] : impl_->conns) out.push_back({w, c.host, c.port, c.listed_ready});
+  return out;
 }
 
 std::string PoolBuilder::WorkerOf(const std::string& build_id) const {

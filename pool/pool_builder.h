@@ -5,10 +5,15 @@
 // worker, inside the scheduler's push-lane grant (the candidate takes the grant before it calls
 // Push), so tags still move in build order across workers.
 //
-// A worker lost mid-build (its proxy's down message: CAF 0.17 does not fail the open request
-// by itself) fails that attempt; the loss is journaled (one JSON line in `journal_file`) and
-// the build is retried once on another worker. A worker lost before its image was pushed is
-// not retried by Push (at most one push per build): the build fails as infrastructure.
+// A worker's proxy going down mid-build (CAF 0.17 does not fail the open request by itself) is
+// confirmed first: the network thread's stale TLS error is cleared (ClearTransportErrors) and
+// the worker is asked `info` over a new connection; one that answers gets the same request
+// again and joins the build it runs for that id (a dropped connection: no retry, no journal).
+// A worker that cannot be reached is lost: that attempt fails, the loss is journaled (one JSON
+// line in `journal_file`) and the build is retried once on another worker. A worker lost
+// before its image was pushed is not retried by Push (at most one push per build): the build
+// fails as infrastructure. A worker that answers busy (full) did not start the build: it goes
+// to another worker without counting a retry.
 //
 // Thread-safety: Build/Push/Check block the calling thread (BlockingWork threads, never an
 // actor) and may be called concurrently. The PoolBuilder owns its own actor system (caf::io +
@@ -27,11 +32,12 @@
 #include "builder/builder.h"
 #include "pool/placement.h"
 #include "pool/remote_builder.h"
+#include "pool/worker_discovery.h"
 
 namespace kiln {
 
 struct PoolBuilderOptions {
-  std::vector<std::string> workers;  // "host:port" (scheduler.workers)
+  std::vector<std::string> workers;  // "host:port" (scheduler.workers); or SetMembers
   PoolTlsConfig tls;                 // the scheduler's certificate, key, and the workers' CA
   /// The git remote a worker fetches a domain's commits from (kiln serve's /git/<d>.git).
   std::function<std::string(const std::string& domain)> git_url;
@@ -50,6 +56,14 @@ class PoolBuilder : public Builder {
                   const CancelToken* cancel) override;
   /// Ok when at least one worker answers; Unavailable naming the unreachable ones otherwise.
   Status Check() override;
+
+  /// Replaces the pool's workers (discovery: PoolDiscovery calls it on every change of the
+  /// worker Service's EndpointSlices). A new member joins placement (its slots from its
+  /// `info` on connect), a member not ready gets no new build, a member no longer listed
+  /// leaves (only its candidates move); one whose address changed is reconnected.
+  void SetMembers(const std::vector<PoolMember>& members);
+  /// The workers now (id, address, ready as listed), sorted by id.
+  std::vector<PoolMember> Members() const;
 
   /// The worker that ran `build_id` (last attempt), "" when unknown. For tests and logs.
   std::string WorkerOf(const std::string& build_id) const;

@@ -1,6 +1,10 @@
 #include "pool/remote_builder.h"
 
+#include <openssl/err.h>
+#include <spdlog/spdlog.h>
+
 #include <caf/io/middleman.hpp>
+#include <caf/io/network/multiplexer.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
 #include <caf/openssl/remote_actor.hpp>
@@ -37,6 +41,18 @@ Status ConnectRemoteBuilder(caf::actor_system& sys, const std::string& host, uin
   }
   *out = std::move(*res);
   return Status::Ok();
+}
+
+void ClearTransportErrors(caf::actor_system& sys) {
+  sys.middleman().backend().post([] {
+    // Said in the log: what the dead connection left behind (the evidence for the cause).
+    if (unsigned long e = ERR_peek_error(); e != 0) {
+      char buf[256];
+      ERR_error_string_n(e, buf, sizeof buf);
+      spdlog::info("pool: cleared a TLS error left in the network thread's queue: {}", buf);
+    }
+    ERR_clear_error();
+  });
 }
 
 }  // namespace kiln

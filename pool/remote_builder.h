@@ -60,4 +60,15 @@ Status PublishRemoteBuilder(const remote_builder_actor& builder, uint16_t port, 
 Status ConnectRemoteBuilder(caf::actor_system& sys, const std::string& host, uint16_t port,
                             remote_builder_actor* out);
 
+/// Empties the OpenSSL error queue of `sys`'s network thread (asynchronously: queued behind the
+/// I/O already scheduled there). Why: CAF 0.17.6's OpenSSL session does not clear that queue
+/// after a failed TLS read (a peer killed without close_notify leaves "unexpected eof while
+/// reading" there; CAF only drains it when its logging is compiled in, which Debian's is not),
+/// and OpenSSL's SSL_get_error reports any error left in the thread's queue as the error of
+/// the next call. All connections of an actor system share one network thread, so the next
+/// read that merely would block — on any other, healthy connection — is taken for a fatal
+/// error and that connection is closed: its remote actor goes down although it is alive.
+/// Call this when a connection was seen to die (a down message), before sending on others.
+void ClearTransportErrors(caf::actor_system& sys);
+
 }  // namespace kiln

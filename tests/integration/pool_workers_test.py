@@ -303,8 +303,6 @@ def main():
         time.sleep(0.1)
     ok(status == "succeeded", f"the lost worker's build is retried and succeeds: {status} "
        f"after {time.time() - t_kill:.1f} s")
-    res = {"image": {"digest": (st.get("latest_successful_build") or {}).get("digest")}
-           if (st.get("latest_successful_build") or {}).get("build_id") == bid else {}}
     ran = workers_of(bid)
     ok(len(ran) == 2 and ran[0] != ran[1] and victim in ran,
        f"it ran on the killed worker and then on one other: {ran}")
@@ -324,10 +322,15 @@ def main():
             break
         time.sleep(0.1)
     ok(len(recs) == 1 and recs[0].get("status") == "succeeded" and
-       doc.get("duplicate_terminal") == 0 and doc.get("duplicate_started") == 0,
+       doc.get("duplicate_terminal") == [] and doc.get("duplicate_started") == [],
        f"exactly one terminal record for {bid}: {recs}, duplicate_terminal="
        f"{doc.get('duplicate_terminal')}")
-    digest = res.get("image", {}).get("digest")
+    # The terminal record's image is the candidate's latest successful build and its tag.
+    digest = recs[0].get("digest") if recs else None
+    st, _ = mcp.call("candidate_status", {"candidate": victim_c})
+    latest = st.get("latest_successful_build") or {}
+    ok(latest.get("build_id") == bid and (latest.get("image") or {}).get("digest") == digest,
+       f"the retried build is the candidate's latest successful build: {latest}")
     tag = sh(f"skopeo inspect --authfile {reg['auth_file']} --tls-verify=false "
              f"docker://127.0.0.1:{REG_PORT}/pool/app:{victim_c} --format '{{{{.Digest}}}}'").strip()
     ok(digest and tag == digest, f"the tag points at the retried build's image ({tag})")
