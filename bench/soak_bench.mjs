@@ -45,6 +45,7 @@ const DOMAINS = int("DOMAINS", 2);
 const CANDIDATES = int("CANDIDATES", 4);
 const ITERATIONS = int("ITERATIONS", 25);
 const SEED = int("SEED", crypto.randomInt(1, 2 ** 31 - 1));
+const RUN_STARTED_MS = Date.now();
 const P_BREAK = num("P_BREAK", 0.2);
 const P_CANCEL = num("P_CANCEL", 0.1);
 const P_DUP = num("P_DUP", 0.1);
@@ -212,10 +213,10 @@ for (const ev of ["uncaughtException", "unhandledRejection"])
 
 /// Processes as {pid, ppid, args}.
 async function processes() {
-  const out = await run("ps", ["-ww", "-eo", "pid=,ppid=,args="]);
+  const out = await run("ps", ["-ww", "-eo", "pid=,ppid=,etimes=,args="]);
   return out.split("\n").filter(Boolean).map((l) => {
-    const m = l.match(/^\s*(\d+)\s+(\d+)\s+(.*)$/);
-    return m ? { pid: Number(m[1]), ppid: Number(m[2]), args: m[3] } : null;
+    const m = l.match(/^\s*(\d+)\s+(\d+)\s+(\d+)\s+(.*)$/);
+    return m ? { pid: Number(m[1]), ppid: Number(m[2]), age_s: Number(m[3]), args: m[4] } : null;
   }).filter(Boolean);
 }
 function subtree(ps, roots) {
@@ -238,8 +239,11 @@ async function strayProcesses({ allowDeployed }) {
   const self = process.pid;
   // A deployed candidate: its rootfs under the state directory, or staged below /run/kiln-deploy
   // (the local sandbox runs it as an unprivileged user from there).
-  const isDeploy = (p) => (p.args.includes(`${STATE}/domains/`) && p.args.includes("/deploy/rootfs/")) ||
-    p.args.includes("/run/kiln-deploy/");
+  // Only this run's: a sandbox another test on the machine left behind is not this kiln's
+  // (started before this run began).
+  const runAge = (Date.now() - RUN_STARTED_MS) / 1000 + 1;
+  const isDeploy = (p) => p.age_s <= runAge &&
+    ((p.args.includes(`${STATE}/domains/`) && p.args.includes("/deploy/rootfs/")) || p.args.includes("/run/kiln-deploy/"));
   const deployPids = new Set(ps.filter(isDeploy).map((p) => p.pid));
   const deployRoots = ps.filter((p) => isDeploy(p) && !deployPids.has(p.ppid)).map((p) => p.pid);
   const deployed = allowDeployed ? subtree(ps, deployRoots) : new Set();

@@ -119,7 +119,12 @@ LocalDeployer::LocalDeployer(std::string domain, LocalDeploy config, RegistryEnd
       registry_(std::make_unique<RegistryClient>(std::move(registry), opts.registry)),
       forwarder_(std::make_unique<TcpForwarder>(config_.port)),
       launcher_(std::make_unique<TaskThread>()) {
-  // Roots of an earlier kiln process: their sandboxes died with it (--die-with-parent).
+  // Sandboxes of an earlier kiln process died with it (--die-with-parent), except a sandbox
+  // init bwrap had cloned but not yet released when kiln was killed: it waits forever. Every
+  // staged root of this deployer starts with its tag, so those are found by their arguments.
+  KillProcessesWithArgPrefix(std::string(kLocalSandboxStageDir) + "/" + SandboxTag() + "-");
+  KillProcessesWithArgPrefix((fs::path(work_dir_) / "rootfs" / (SandboxTag() + "-")).string());
+  // Their roots.
   std::error_code ec;
   fs::remove_all(fs::path(work_dir_) / "rootfs", ec);
   // Blobs and image records an earlier kiln was writing when it was killed.
@@ -128,6 +133,11 @@ LocalDeployer::LocalDeployer(std::string domain, LocalDeploy config, RegistryEnd
 }
 
 LocalDeployer::~LocalDeployer() { Shutdown(); }
+
+std::string LocalDeployer::SandboxTag() const {
+  // Unique per state directory and domain (two kilns never share a state directory).
+  return Sha256Hex(work_dir_).substr(0, 10);
+}
 
 Status LocalDeployer::Current(std::string* image) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -237,9 +247,9 @@ DeployResult LocalDeployer::DeployLocked(const DeployRequest& req, const DeployP
   cand->image = req.image;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cand->rootfs =
-        (fs::path(work_dir_) / "rootfs" / (std::to_string(++seq_) + "-" + ref.digest.substr(7, 12)))
-            .string();
+    cand->rootfs = (fs::path(work_dir_) / "rootfs" /
+                    (SandboxTag() + "-" + std::to_string(++seq_) + "-" + ref.digest.substr(7, 12)))
+                       .string();
   }
   std::error_code ec;
   fs::remove_all(cand->rootfs, ec);

@@ -104,6 +104,9 @@ class LocalDeployer : public Deployer {
   void StopCandidate(std::unique_ptr<Candidate> cand);
   // Waits (at most opts_.drain) until no relayed connection uses `cand`.
   void Drain(const Candidate& cand);
+  /// Names this deployer's staged sandbox roots (<stage dir>/<tag>-<n>-<digest>): a hash of
+  /// the work directory.
+  std::string SandboxTag() const;
   bool Interrupted(const CancelToken* cancel) const;
 
   const std::string domain_;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -582,6 +583,46 @@ TEST_F(LocalDeployerTest, MissingImageAndForeignRegistryFailToFetch) {
   r = Deploy(d.get(), "not-a-digest-ref:latest");
   EXPECT_EQ(r.reason, "Invalid");
   EXPECT_EQ(Serving(d.get()), "");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A process of an earlier kiln's sandbox carries its staged root as an argument: found by that
+// prefix and killed; a process with another prefix is left alone.
+TEST(KillProcessesWithArgPrefix, KillsOnlyTheProcessesNamingThePrefix) {
+  const std::string prefix = "/run/kiln-deploy/t" + std::to_string(::getpid()) + "x-";
+  auto spawn = [](const std::string& arg) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", "while :; do sleep 0.05; done", arg.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Until the exec is visible in /proc.
+    for (int i = 0; i < 400; ++i) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+      std::string c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (c.find(arg) != std::string::npos) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    return pid;
+  };
+  pid_t mine = spawn(prefix + "1-abc");
+  pid_t other = spawn("/run/kiln-deploy/other-1-abc");
+  ASSERT_GT(mine, 0);
+  ASSERT_GT(other, 0);
+  EXPECT_EQ(KillProcessesWithArgPrefix(prefix), 1u);
+  int status = 0;
+  ASSERT_EQ(::waitpid(mine, &status, 0), mine);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_EQ(::waitpid(other, &status, WNOHANG), 0) << "the other process was killed";
+  ::kill(other, SIGKILL);
+  ::waitpid(other, &status, 0);
+  EXPECT_EQ(KillProcessesWithArgPrefix(""), 0u);
 }
 
 }  // namespace

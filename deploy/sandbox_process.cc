@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 namespace kiln {
@@ -61,6 +64,31 @@ std::vector<pid_t> ProcessesInPidNamespace(uint64_t ns) {
   }
   closedir(d);
   return out;
+}
+
+size_t KillProcessesWithArgPrefix(const std::string& arg_prefix) {
+  if (arg_prefix.empty()) return 0;
+  size_t killed = 0;
+  DIR* d = opendir("/proc");
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != 0 || pid == ::getpid()) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (size_t at = 0; at < cmdline.size();) {
+      size_t nul = cmdline.find('\0', at);
+      if (nul == std::string::npos) nul = cmdline.size();
+      if (cmdline.compare(at, arg_prefix.size(), arg_prefix) == 0) {
+        if (::kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+        break;
+      }
+      at = nul + 1;
+    }
+  }
+  closedir(d);
+  return killed;
 }
 
 Status SandboxProcess::Start(const std::vector<std::string>& argv, int info_fd, size_t tail_bytes,

@@ -96,4 +96,11 @@ bool IsZombie(pid_t pid);
 /// that reaps it; it runs no code and holds nothing. Exposed for tests.
 std::vector<pid_t> ProcessesInPidNamespace(uint64_t ns);
 
+/// Issue 19/soak: SIGKILLs every process (other than this one) one of whose arguments starts
+/// with `arg_prefix` (non-empty), and returns how many. The local deployer names its sandboxes'
+/// staged roots uniquely per state directory and domain, and calls this at start for the
+/// sandboxes of an earlier kiln process: bwrap's sandbox init, cloned but not yet released when
+/// its parent died with kiln, waits forever and has no parent-death signal of its own yet.
+size_t KillProcessesWithArgPrefix(const std::string& arg_prefix);
+
 }  // namespace kiln
