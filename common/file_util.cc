@@ -90,18 +90,25 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, mode
   return SyncDirectory(ParentOf(path));
 }
 
+pid_t AtomicTempWriter(const std::string& name) {
+  const size_t at = name.rfind(".tmp-");
+  if (at == std::string::npos || at == 0) return 0;
+  char* end = nullptr;
+  const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+  if (pid <= 0 || pid >= (1L << 30) || *end != '-' ||
+      !std::isdigit(static_cast<unsigned char>(end[1])))
+    return 0;
+  return static_cast<pid_t>(pid);
+}
+
 size_t RemoveOrphanTempFiles(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) return 0;
   size_t removed = 0;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const size_t at = name.rfind(".tmp-");
-    if (at == std::string::npos || at == 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
-    if (pid <= 0 || *end != '-' || !std::isdigit(static_cast<unsigned char>(end[1]))) continue;
-    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;
+    const pid_t pid = AtomicTempWriter(name);
+    if (pid == 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM) continue;
     struct stat st;
     const std::string path = dir + "/" + name;
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;

@@ -26,6 +26,9 @@ enum class Durability { kDurable, kAtomicOnly };
 Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644,
                        Durability durability = Durability::kDurable);
 
+/// The writer's pid when `name` is a WriteFileAtomic temporary ("<name>.tmp-<pid>-<n>"), else 0.
+pid_t AtomicTempWriter(const std::string& name);
+
 /// Removes the temporary files WriteFileAtomic left in `dir` (not below it) when its writer was
 /// killed between create and rename ("<name>.tmp-<pid>-<n>" whose <pid> is no live process,
 /// nor this one). Returns how many went. For start-up, after a kill -9.

@@ -65,6 +65,11 @@ TEST_F(FileUtilTest, OrphanTemporariesOfADeadWriterAreRemovedOthersStay) {
     EXPECT_TRUE(fs::exists(dir_ + "/" + n)) << n;
   EXPECT_TRUE(fs::exists(dir_ + "/notes.tmp-" + std::to_string(dead)));  // not <pid>-<n>
   EXPECT_EQ(RemoveOrphanTempFiles(dir_ + "/missing"), 0u);
+  // The one parser of WriteFileAtomic's names (the storage inventory uses it too).
+  EXPECT_EQ(AtomicTempWriter("k.json.tmp-123-4"), 123);
+  EXPECT_EQ(AtomicTempWriter("k.json.tmp-123"), 0);
+  EXPECT_EQ(AtomicTempWriter(".tmp-123-4"), 0);
+  EXPECT_EQ(AtomicTempWriter("k.json"), 0);
 }
 
 TEST_F(FileUtilTest, ReplacesASymlinkInsteadOfWritingThroughIt) {

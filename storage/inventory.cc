@@ -59,11 +59,12 @@ Usage Measure(const std::string& path) {
 // directory and renames into place: ".tmp-<pid>-<n>" (layered outputs), "<hex>.tmp<pid>" or
 // "<hex>.tmp-<pid>-<n>" (local deploy blobs, WriteFileAtomic); 0 when `name` is not one.
 pid_t TempWriter(const std::string& name) {
+  if (pid_t pid = AtomicTempWriter(name)) return pid;
   size_t at = std::string::npos;
   if (name.rfind(".tmp-", 0) == 0)
     at = 5;
   else if (size_t t = name.rfind(".tmp"); t != std::string::npos && t > 0)
-    at = name.compare(t, 5, ".tmp-") == 0 ? t + 5 : t + 4;  // WriteFileAtomic: ".tmp-<pid>-<n>"
+    at = t + 4;
   if (at == std::string::npos || at >= name.size() ||
       !isdigit(static_cast<unsigned char>(name[at])))
     return 0;
