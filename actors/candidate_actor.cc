@@ -99,6 +99,8 @@ void CarryOne(Self self, Effect& effect) {
         } else if constexpr (std::is_same_v<E, PushPhaseEffect>) {
           RunPhase(self,
                    [name = s.name, e](const DomainEnv& de) { return PushPhase(de, name, e); });
+        } else if constexpr (std::is_same_v<E, ReserveLaneEffect>) {
+          self->send(s.scheduler, reserve_atom::value, env.dc->image.registry, e.id);
         } else if constexpr (std::is_same_v<E, ReleaseLaneEffect>) {
           self->send(s.scheduler, release_atom::value, env.dc->image.registry, e.id);
         } else if constexpr (std::is_same_v<E, FinishedEffect>) {

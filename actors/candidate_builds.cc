@@ -149,14 +149,39 @@ Effects CandidateBuilds::Restore(const std::vector<BuildRecord>& newest_first) {
     r.snap.candidate = opts_.candidate;
     r.cancel = SpentToken();
     r.order = b.started_at_ms * 1000000;
+    history_.push_back(b.id);
+    std::string commit, key;
+    if (!IsFinal(b.status) && opts_.resume && opts_.resume(b.id, &commit, &key)) {
+      Resume(r, commit, key, &out);
+      continue;
+    }
     r.log = std::make_shared<LogBuffer>(kTailBytes);
     r.log->Append("kiln: the log of this build was not kept across a restart of kiln\n");
     r.log->Close();
-    history_.push_back(b.id);
     if (b.status == BuildStatus::kSucceeded && !b.digest.empty()) latest_success_ = b.id;
   }
   if (!newest_first.empty()) Summary(&out);
   return out;
+}
+
+// Issue 20: carries on a build an earlier process started (its start record exists): a slot
+// again, then the build phase, whose builder re-attaches to it.
+void CandidateBuilds::Resume(Record& r, const std::string& commit, const std::string& key,
+                             Effects* out) {
+  r.snap.commit = commit;
+  r.key = key;
+  r.req.commit = commit;
+  r.req.wait = false;
+  r.requested = opts_.now();
+  r.cancel = std::make_shared<CancelToken>();
+  r.log = std::make_shared<LogBuffer>(opts_.log_max_bytes);
+  r.log->Append("kiln: kiln restarted during build " + r.snap.id + " of commit " + commit +
+                "; carrying it on\n");
+  if (active_)
+    if (Record* old = Find(*active_)) Cancel(*old, "superseded by build " + r.snap.id, out);
+  active_ = r.snap.id;
+  SetStatus(r, BuildStatus::kQueued, "re-attaching after a restart", out);
+  out->push_back(SubmitEffect{JobRequest{r.snap.id, opts_.domain, opts_.candidate, r.key}});
 }
 
 // Issue 18: the build a push started answers a build_candidate for its commit (or for the
@@ -536,6 +561,8 @@ Effects CandidateBuilds::WorkFinished(const WorkDone& d) {
       OnResolved(*r, d, &out);
     else if (d.phase == "build" || d.phase == "checkout")
       OnBuilt(*r, d, &out);
+    else if (d.phase == "blobs")
+      OnBlobs(*r, d, &out);
     else
       OnPushed(*r, d, &out);
   }
@@ -550,7 +577,9 @@ void CandidateBuilds::OnBuilt(Record& r, const WorkDone& d, Effects* out) {
   }
   r.snap.timings.parts = d.parts;
   if (!d.status.ok()) {
-    const BuildStatus st = FailedOrCancelled(d.status);
+    // Issue 20: a build carried on after a restart that its worker no longer runs.
+    const BuildStatus st =
+        d.failure_kind == "interrupted" ? BuildStatus::kInterrupted : FailedOrCancelled(d.status);
     auto o = MakeOutcome(r, st);
     o->diagnostics = d.diagnostics;
     std::string error =
@@ -566,6 +595,25 @@ void CandidateBuilds::OnBuilt(Record& r, const WorkDone& d, Effects* out) {
   r.image_id = d.image_id;
   r.snap.timings.build_ms = d.elapsed_ms;
   SetStatus(r, BuildStatus::kPushing, "pushing", out);
+  // Issue 20: the place in the push lane's line is taken now (tags move in build order); the
+  // blobs upload before the lane is asked for, so the lane covers only the manifest.
+  out->push_back(ReserveLaneEffect{r.snap.id});
+  worker_busy_ = true;  // the upload reads the candidate's storage
+  out->push_back(PushPhaseEffect{r.snap.id, r.key, r.snap.commit, r.req.source_dir, r.image_id,
+                                 r.log, r.cancel, r.started + std::chrono::seconds(opts_.timeout_s),
+                                 true});
+}
+
+void CandidateBuilds::OnBlobs(Record& r, const WorkDone& d, Effects* out) {
+  r.snap.timings.parts["blobs_ms"] = d.elapsed_ms;
+  if (IsFinal(r.snap.status) || !d.status.ok()) {
+    out->push_back(ReleaseLaneEffect{r.snap.id});  // leave the line
+    if (IsFinal(r.snap.status))
+      ReportFinished(r, CancelledOutcome(), out);
+    else
+      OnPushed(r, d, out);  // a push failure; the build's result (build_ms, log) is kept
+    return;
+  }
   out->push_back(LaneEffect{r.snap.id, r.started + std::chrono::seconds(opts_.timeout_s)});
 }
 

@@ -52,7 +52,7 @@ using SinkId = uint64_t;    // a caller's progress sink; 0: none
 /// Results of a work phase (run off the actor), handed to the core.
 struct WorkDone {
   BuildId id;
-  std::string phase;  // "resolve", "checkout", "build", "push"
+  std::string phase;  // "resolve", "checkout", "build", "blobs", "push"
   Status status;
   bool compile_failed = false;
   std::string failure_kind;             // the builder's own classification, "" when none
@@ -118,11 +118,16 @@ struct BuildPhaseEffect {  // run checkout + build on the worker; answer with Wo
   std::shared_ptr<CancelToken> cancel;
   std::chrono::steady_clock::time_point deadline;  // started + build.timeout_s
 };
+struct ReserveLaneEffect {  // issue 20: take a place in the push lane's line (build order)
+  BuildId id;
+};
 struct LaneEffect {  // ask the scheduler for the registry's push lane: LaneGranted / LaneFailed
   BuildId id;
   std::chrono::steady_clock::time_point deadline;
 };
-struct PushPhaseEffect {  // run the push on the worker; answer with WorkDone
+// Run the push on the worker; answer with WorkDone. `blobs` (issue 20): only upload the blobs,
+// before the lane is asked for (WorkDone phase "blobs"); else the push under the grant.
+struct PushPhaseEffect {
   BuildId id;
   std::string key;
   std::string commit;
@@ -131,6 +136,7 @@ struct PushPhaseEffect {  // run the push on the worker; answer with WorkDone
   std::shared_ptr<LogBuffer> log;
   std::shared_ptr<CancelToken> cancel;
   std::chrono::steady_clock::time_point deadline;
+  bool blobs = false;
 };
 struct ReleaseLaneEffect {
   BuildId id;
@@ -168,7 +174,7 @@ using Effect =
     std::variant<AnswerEffect, ProgressEffect, StartedEffect, DropSinksEffect, ResolveEffect,
                  SubmitEffect, BuildPhaseEffect, LaneEffect, PushPhaseEffect, ReleaseLaneEffect,
                  FinishedEffect, CancelQueuedEffect, SaveKeyEffect, SummaryEffect, BusyAddEffect,
-                 BuildEndedEffect, LeaseEffect>;
+                 BuildEndedEffect, LeaseEffect, ReserveLaneEffect>;
 using Effects = std::vector<Effect>;
 
 // --- the core -------------------------------------------------------------------------------
@@ -198,12 +204,18 @@ class CandidateBuilds {
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
     std::function<int64_t()> wall_ns;  // unix ns; default: the system clock
     std::function<BuildId()> new_id;   // default: "b-" + 16 random hex
+    /// Issue 20: an unfinished build of the journal that can be carried on (Builder::Resumable:
+    /// its commit and build key); null: none can.
+    std::function<bool(const BuildId&, std::string* commit, std::string* key)> resume;
   };
 
   explicit CandidateBuilds(Options opts);
 
   /// After a restart: the journal's records of this candidate (newest first, as the store
-  /// returns them). Final records with their outcome; their logs are not kept.
+  /// returns them). Final records with their outcome; their logs are not kept. An unfinished
+  /// one that `resume` accepts (issue 20) is carried on: queued for a slot again, its build
+  /// phase re-attaches to the worker running it (the builder's job), then blobs, lane, push as
+  /// any build, and one terminal record.
   Effects Restore(const std::vector<BuildRecord>& newest_first);
 
   /// A build request (build_candidate, kiln build, or a push). `waiter` gets the answer (at once
@@ -288,6 +300,8 @@ class CandidateBuilds {
   void Execute(Record& r, Effects* out);
   void OnResolved(Record& r, const WorkDone& d, Effects* out);
   void OnBuilt(Record& r, const WorkDone& d, Effects* out);
+  void OnBlobs(Record& r, const WorkDone& d, Effects* out);
+  void Resume(Record& r, const std::string& commit, const std::string& key, Effects* out);
   void OnPushed(Record& r, const WorkDone& d, Effects* out);
   std::shared_ptr<BuildOutcome> MakeOutcome(const Record& r, BuildStatus st) const;
   std::string Describe(Record& r, const std::string& stage, const WorkDone& d,

@@ -78,6 +78,7 @@ class CandidateBuildsTest : public ::testing::Test {
     o.track_branches = true;
     o.save_keys = true;
     o.build_key = [](const std::string& src) { return "key:" + src; };
+    o.resume = resume_;
     o.now = [this] { return now_; };
     o.wall_ns = [this] { return ++wall_; };
     o.new_id = [this] {
@@ -98,9 +99,11 @@ class CandidateBuildsTest : public ::testing::Test {
     c.Submitted(id, Kind::kQueued, nullptr, "", 0);
     c.Start(id, "key:git-tree:" + std::string(40, 't'));
     c.WorkFinished(Done(id, "build"));
+    c.WorkFinished(Done(id, "blobs"));
     c.LaneGranted(id);
     return c.WorkFinished(Done(id, "push", push));
   }
+  std::function<bool(const BuildId&, std::string*, std::string*)> resume_;
   Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
   int64_t wall_ = 1000;
   uint64_t ids_ = 0;
@@ -177,13 +180,24 @@ TEST_F(CandidateBuildsTest, HappyPathGoesThroughEveryPhase) {
   EXPECT_TRUE(Has<LeaseEffect>(fx));
   EXPECT_TRUE(c.worker_busy());
   fx = c.WorkFinished(Done(Id(1), "build"));
+  // Issue 20: a place in the lane's line now, the blobs upload before the lane is asked for.
+  EXPECT_EQ(All<ReserveLaneEffect>(fx).size(), 1u);
+  EXPECT_FALSE(Has<LaneEffect>(fx));
+  auto blobs = All<PushPhaseEffect>(fx);
+  ASSERT_EQ(blobs.size(), 1u);
+  EXPECT_TRUE(blobs[0].blobs);
+  EXPECT_EQ(blobs[0].image_id, "img-1");
+  EXPECT_TRUE(c.worker_busy());
+  EXPECT_EQ(All<SummaryEffect>(fx).back().summary.json["state"], "pushing");
+  fx = c.WorkFinished(Done(Id(1), "blobs"));
   auto lane = All<LaneEffect>(fx);
   ASSERT_EQ(lane.size(), 1u);
   EXPECT_EQ(lane[0].deadline, build[0].deadline);
-  EXPECT_EQ(All<SummaryEffect>(fx).back().summary.json["state"], "pushing");
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx));
   fx = c.LaneGranted(Id(1));
   auto push = All<PushPhaseEffect>(fx);
   ASSERT_EQ(push.size(), 1u);
+  EXPECT_FALSE(push[0].blobs);
   EXPECT_EQ(push[0].image_id, "img-1");
   now_ += std::chrono::milliseconds(40);
   fx = c.WorkFinished(Done(Id(1), "push"));
@@ -312,12 +326,55 @@ TEST_F(CandidateBuildsTest, PushFailureFailsWithoutSavingTheKey) {
   EXPECT_TRUE(c.Lookup("").is_error);  // nothing deployable
 }
 
+// Issue 20: a failed blob upload is a push failure (the build's result kept), never asks for
+// the lane and leaves the line it took.
+TEST_F(CandidateBuildsTest, BlobUploadFailureFailsThePushWithoutTheLane) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k");
+  WorkDone built = Done(Id(1), "build");
+  built.elapsed_ms = 1234;
+  c.WorkFinished(built);
+  Effects fx = c.WorkFinished(Done(Id(1), "blobs", Status::Unavailable("registry down")));
+  EXPECT_FALSE(Has<LaneEffect>(fx));
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx));
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));  // leaves the line
+  EXPECT_FALSE(Has<SaveKeyEffect>(fx));
+  auto finished = All<FinishedEffect>(fx);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].outcome->status, BuildStatus::kFailed);
+  EXPECT_EQ(finished[0].outcome->build_ms, 1234);
+  EXPECT_NE(finished[0].outcome->error.find("push"), std::string::npos)
+      << finished[0].outcome->error;
+  EXPECT_EQ(AnswerFor(fx, 1).structured["status"], "failed");
+  EXPECT_FALSE(c.worker_busy());
+}
+
+TEST_F(CandidateBuildsTest, CancelDuringTheBlobUploadEndsCancelledWithoutTheLane) {
+  auto c = Make();
+  c.Request(Req(), 1, 0, 0);
+  c.WorkFinished(Done(Id(1), "resolve"));
+  c.Start(Id(1), "k");
+  Effects fx = c.WorkFinished(Done(Id(1), "build"));
+  auto token = All<PushPhaseEffect>(fx).at(0).cancel;
+  Effects cancel;
+  c.CancelBuild(Id(1), &cancel);
+  EXPECT_TRUE(token->cancelled());  // the upload sees it
+  fx = c.WorkFinished(Done(Id(1), "blobs", Status::Cancelled("push cancelled")));
+  EXPECT_FALSE(Has<LaneEffect>(fx));
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));
+  ASSERT_EQ(All<FinishedEffect>(fx).size(), 1u);
+  EXPECT_EQ(All<FinishedEffect>(fx)[0].outcome->status, BuildStatus::kCancelled);
+}
+
 TEST_F(CandidateBuildsTest, LaneNotGrantedBeforeTheDeadlineFailsThePush) {
   auto c = Make();
   c.Request(Req(), 1, 0, 0);
   c.WorkFinished(Done(Id(1), "resolve"));
   c.Start(Id(1), "k");
   c.WorkFinished(Done(Id(1), "build"));
+  c.WorkFinished(Done(Id(1), "blobs"));
   Effects fx = c.LaneFailed(Id(1), "the push did not get its turn");
   EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));  // leaves the line
   EXPECT_EQ(All<FinishedEffect>(fx).size(), 1u);
@@ -444,6 +501,7 @@ TEST_F(CandidateBuildsTest, LaneGrantedAfterCancelIsReleased) {
   c.WorkFinished(Done(Id(1), "resolve"));
   c.Start(Id(1), "k");
   c.WorkFinished(Done(Id(1), "build"));
+  c.WorkFinished(Done(Id(1), "blobs"));
   Effects none;
   c.CancelBuild(Id(1), &none);
   Effects fx = c.LaneGranted(Id(1));
@@ -598,6 +656,69 @@ TEST_F(CandidateBuildsTest, RestoreBringsBackFinalRecordsAndTheLatestSuccess) {
   EXPECT_NE(log.structured["text"].get<std::string>().find("not kept across a restart"),
             std::string::npos);
   EXPECT_TRUE(c.Restore({}).empty());
+}
+
+// Issue 20: an unfinished build the builder can carry on (a worker runs it) is queued again
+// after a restart and runs the usual phases under its own id; one its worker no longer knows
+// ends interrupted. Either way one terminal record.
+TEST_F(CandidateBuildsTest, RestoreCarriesOnAResumableBuildToOneTerminalRecord) {
+  const std::string commit(40, 'e');
+  resume_ = [&](const BuildId& id, std::string* c, std::string* k) {
+    if (id != Id(50) && id != Id(51)) return false;
+    *c = commit;
+    *k = "key-" + id;
+    return true;
+  };
+  auto c = Make(/*journaled=*/true);
+  BuildRecord done;
+  done.id = Id(49);
+  done.status = BuildStatus::kSucceeded;
+  done.digest = "sha256:" + std::string(64, 'a');
+  BuildRecord running;
+  running.id = Id(50);
+  running.status = BuildStatus::kRunning;
+  Effects fx = c.Restore({running, done});
+  auto submit = All<SubmitEffect>(fx);
+  ASSERT_EQ(submit.size(), 1u);
+  EXPECT_EQ(submit[0].job.id, Id(50));
+  EXPECT_EQ(submit[0].job.key, "key-" + Id(50));
+  fx = c.Start(Id(50), "key-" + Id(50));
+  auto build = All<BuildPhaseEffect>(fx);
+  ASSERT_EQ(build.size(), 1u);
+  EXPECT_EQ(build[0].commit, commit);
+  fx = c.WorkFinished(Done(Id(50), "build"));
+  EXPECT_TRUE(All<PushPhaseEffect>(fx).at(0).blobs);
+  c.WorkFinished(Done(Id(50), "blobs"));
+  c.LaneGranted(Id(50));
+  fx = c.WorkFinished(Done(Id(50), "push"));
+  size_t finishes = 0;
+  for (const auto& a : All<AnswerEffect>(fx))
+    finishes += a.write && a.write->kind == JournalWrite::Kind::kFinish;
+  EXPECT_EQ(finishes, 1u);
+  EXPECT_EQ(All<FinishedEffect>(fx).at(0).outcome->status, BuildStatus::kSucceeded);
+  EXPECT_EQ(c.Lookup("").structured["build_id"], Id(50));
+  EXPECT_NE(c.Log(Id(50), 0, 4096, 0)
+                .structured["text"]
+                .get<std::string>()
+                .find("kiln restarted during build"),
+            std::string::npos);
+
+  auto c2 = Make(/*journaled=*/true);
+  running.id = Id(51);
+  c2.Restore({running});
+  c2.Start(Id(51), "key-" + Id(51));
+  WorkDone gone = Done(Id(51), "build", Status::Unavailable("its worker no longer knows it"));
+  gone.failure_kind = "interrupted";
+  fx = c2.WorkFinished(gone);
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx));
+  EXPECT_EQ(All<FinishedEffect>(fx).at(0).outcome->status, BuildStatus::kInterrupted);
+  finishes = 0;
+  for (const auto& a : All<AnswerEffect>(fx))
+    if (a.write && a.write->kind == JournalWrite::Kind::kFinish) {
+      ++finishes;
+      EXPECT_EQ(a.write->finish.status, BuildStatus::kInterrupted);
+    }
+  EXPECT_EQ(finishes, 1u);
 }
 
 TEST_F(CandidateBuildsTest, ViewsOfUnknownAndUnfinishedBuilds) {

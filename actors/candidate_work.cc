@@ -70,6 +70,10 @@ CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::strin
   }
   if (env.journal() != nullptr)
     o.journal = [store = env.store](const BuildId& id) { return store->Build(id); };
+  if (env.builder)  // issue 20: a pool build a worker may still run after a restart
+    o.resume = [b = env.builder](const BuildId& id, std::string* commit, std::string* key) {
+      return b->Resumable(id, commit, key);
+    };
   const DomainEnv* e = &env;
   o.build_key = [e](const std::string& source_id) {
     return ComputeBuildKey(e->domain, source_id, *e->dc, *e->registry, {});
@@ -181,11 +185,12 @@ WorkDone PushPhase(const DomainEnv& env, const std::string& candidate, const Pus
   BuildResult built;
   built.image_id = e.image_id;
   auto log = e.log;
-  PushResult pr = env.builder->Push(
-      job, built, [&](std::string_view c) { log->Append(c); }, e.cancel.get());
+  auto append = [&](std::string_view c) { log->Append(c); };
+  PushResult pr = e.blobs ? env.builder->UploadBlobs(job, built, append, e.cancel.get())
+                          : env.builder->Push(job, built, append, e.cancel.get());
   WorkDone d;
   d.id = e.id;
-  d.phase = "push";
+  d.phase = e.blobs ? "blobs" : "push";
   d.status = pr.status;
   d.digest = pr.digest;
   d.ref = pr.ref;

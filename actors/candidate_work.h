@@ -29,7 +29,8 @@ WorkDone ResolvePhase(const DomainEnv& env, const std::string& candidate, const 
 /// Checks the commit out into the candidate's workspace (git builds) and builds it. Honours
 /// the storage budget and leases (issue 19) and the build's cancel token and deadline.
 WorkDone BuildPhase(const DomainEnv& env, const std::string& candidate, const BuildPhaseEffect& e);
-/// Pushes the built image (counts against the build's deadline).
+/// Pushes the built image, or (e.blobs, issue 20) uploads only its blobs (counts against the
+/// build's deadline).
 WorkDone PushPhase(const DomainEnv& env, const std::string& candidate, const PushPhaseEffect& e);
 
 /// Runs one deploy; a deployer that throws yields a failed result ("Internal").

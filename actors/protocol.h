@@ -8,6 +8,7 @@
 //                   (cancel_atom, BuildId)
 //                   (push_atom, registry, BuildId)                 -> granted_atom when granted
 //                   (release_atom, registry, BuildId)              also leaves the line
+//                   (reserve_atom, registry, BuildId)              a place in line (issue 20)
 //                   (position_atom, BuildId)                       -> int64 (-1: not queued)
 //                   (stats_atom)                                   -> SchedulerStats
 //   CandidateActor: (build_atom, BuildRequest, actor sink)         -> ToolResult
@@ -61,6 +62,7 @@ using finished_atom = caf::atom_constant<caf::atom("k_finish")>;
 using cancel_atom = caf::atom_constant<caf::atom("k_cancel")>;
 using push_atom = caf::atom_constant<caf::atom("k_push")>;
 using release_atom = caf::atom_constant<caf::atom("k_release")>;
+using reserve_atom = caf::atom_constant<caf::atom("k_reserve")>;
 using position_atom = caf::atom_constant<caf::atom("k_pos")>;
 using stats_atom = caf::atom_constant<caf::atom("k_stats")>;
 using start_atom = caf::atom_constant<caf::atom("k_start")>;
@@ -118,6 +120,7 @@ using SchedulerActor =
                      caf::reacts_to<cancel_atom, BuildId>,
                      caf::replies_to<push_atom, std::string, BuildId>::with<granted_atom>,
                      caf::reacts_to<release_atom, std::string, BuildId>,
+                     caf::reacts_to<reserve_atom, std::string, BuildId>,
                      caf::replies_to<position_atom, BuildId>::with<int64_t>,
                      caf::replies_to<stats_atom>::with<SchedulerStats>>;
 

@@ -6,14 +6,28 @@ namespace kiln {
 
 bool PushLanes::Acquire(const std::string& registry, const std::string& id) {
   Lane& lane = lanes_[registry];
-  if (!lane.holder) {
-    lane.holder = id;
-    return true;
-  }
-  if (*lane.holder == id) return true;
+  if (lane.holder && *lane.holder == id) return true;
   if (std::find(lane.waiting.begin(), lane.waiting.end(), id) == lane.waiting.end())
     lane.waiting.push_back(id);
-  return false;
+  lane.asked.insert(id);
+  if (!lane.holder) GrantNext(lane);
+  return lane.holder && *lane.holder == id;
+}
+
+void PushLanes::Reserve(const std::string& registry, const std::string& id) {
+  Lane& lane = lanes_[registry];
+  if (lane.holder && *lane.holder == id) return;
+  if (std::find(lane.waiting.begin(), lane.waiting.end(), id) == lane.waiting.end())
+    lane.waiting.push_back(id);
+}
+
+std::optional<std::string> PushLanes::GrantNext(Lane& lane) {
+  if (lane.holder || lane.waiting.empty() || !lane.asked.count(lane.waiting.front()))
+    return std::nullopt;
+  lane.holder = lane.waiting.front();
+  lane.waiting.pop_front();
+  lane.asked.erase(*lane.holder);
+  return lane.holder;
 }
 
 std::optional<std::string> PushLanes::Release(const std::string& registry, const std::string& id) {
@@ -22,18 +36,14 @@ std::optional<std::string> PushLanes::Release(const std::string& registry, const
   Lane& lane = it->second;
   if (lane.holder && *lane.holder == id) {
     lane.holder.reset();
-    if (!lane.waiting.empty()) {
-      lane.holder = lane.waiting.front();
-      lane.waiting.pop_front();
-      return lane.holder;
-    }
-    return std::nullopt;
+  } else {
+    auto w = std::find(lane.waiting.begin(), lane.waiting.end(), id);
+    if (w == lane.waiting.end()) return std::nullopt;
+    lane.waiting.erase(w);
+    lane.asked.erase(id);
   }
-  auto w = std::find(lane.waiting.begin(), lane.waiting.end(), id);
-  if (w != lane.waiting.end()) lane.waiting.erase(w);
-  return std::nullopt;
+  return GrantNext(lane);
 }
-
 std::optional<std::string> PushLanes::Holder(const std::string& registry) const {
   auto it = lanes_.find(registry);
   return it == lanes_.end() ? std::nullopt : it->second.holder;

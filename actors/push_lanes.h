@@ -1,10 +1,14 @@
 // PushLanes: serializes registry pushes, one at a time per registry, FIFO.
+// Issue 20: a build takes its place in line when it is built (Reserve), uploads its blobs,
+// then asks for the lane (Acquire): the lane goes to the first in line only once that one
+// asks, so manifests (tags) still move in build order while blobs upload outside the lane.
 // Pure state; not thread-safe: owned by the scheduler actor.
 #pragma once
 
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace kiln {
@@ -12,8 +16,13 @@ namespace kiln {
 class PushLanes {
  public:
   /// Asks for `registry`'s lane. Returns true when granted now; otherwise `id` waits in line.
+  /// `id` (already reserved, or not: then it joins the end of the line) is ready to push.
   bool Acquire(const std::string& registry, const std::string& id);
-  /// Releases the lane held by `id` (or drops `id` from the line). Returns the id granted next.
+  /// Takes `id`'s place at the end of `registry`'s line without asking for the lane yet; the
+  /// ones behind it wait until it has asked (Acquire) and released, or left (Release).
+  void Reserve(const std::string& registry, const std::string& id);
+  /// Releases the lane held by `id` (or drops `id` from the line). Returns the id granted next
+  /// (the first in line, when it has asked).
   std::optional<std::string> Release(const std::string& registry, const std::string& id);
   std::optional<std::string> Holder(const std::string& registry) const;
   size_t Waiting(const std::string& registry) const;
@@ -22,7 +31,9 @@ class PushLanes {
   struct Lane {
     std::optional<std::string> holder;
     std::deque<std::string> waiting;
+    std::set<std::string> asked;  // ids in `waiting` that called Acquire
   };
+  std::optional<std::string> GrantNext(Lane& lane);
   std::map<std::string, Lane> lanes_;
 };
 

@@ -146,6 +146,11 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
 
   StateStoreOptions so;
   so.keys_dir = state + "/keys";  // shared with `kiln build`: needs no journal lock
+  // Issue 20: a build dispatched to a worker pool is carried on, not interrupted.
+  so.resumable = [b = impl->builder, l = impl->layered](const BuildRecord& r) {
+    std::string commit, key;
+    return b->Resumable(r.id, &commit, &key) || l->Resumable(r.id, &commit, &key);
+  };
   impl->store = std::make_shared<StateStore>(so);
   if (opts.persist) {
     LoadSummary sum;
@@ -159,6 +164,9 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
                      ? ""
                      : "; " + std::to_string(sum.interrupted.size()) +
                            " build(s) were running when kiln stopped: now interrupted");
+    if (!sum.resumed.empty())
+      spdlog::info("state: {} build(s) dispatched to workers before kiln stopped: carried on",
+                   sum.resumed.size());
     if (sum.truncated_bytes)
       spdlog::warn("state: a torn last record ({} bytes, a write cut short by a crash) was dropped",
                    sum.truncated_bytes);

@@ -121,6 +121,9 @@ SchedulerActor::behavior_type SchedulerBehavior(
         s.lane_waiters[id] = rp;
         return rp;
       },
+      [=](reserve_atom, const std::string& registry, const BuildId& id) {
+        self->state.lanes.Reserve(registry, id);
+      },
       [=](release_atom, const std::string& registry, const BuildId& id) {
         auto& s = self->state;
         s.lane_waiters.erase(id);

@@ -214,6 +214,28 @@ TEST(PushLanes, SerializesPerRegistry) {
   EXPECT_FALSE(p.Holder("r1"));
 }
 
+// Issue 20: places are taken when a build is built (Reserve), the lane is asked for after its
+// blobs are uploaded (Acquire): the tags still move in build order, whoever uploads faster.
+TEST(PushLanes, ReservedPlaceKeepsBuildOrderWhileBlobsUpload) {
+  PushLanes p;
+  p.Reserve("r", "first");   // built first, uploads a big layer
+  p.Reserve("r", "second");  // built second, small layer
+  EXPECT_FALSE(p.Acquire("r", "second")) << "the first build is still ahead in line";
+  EXPECT_FALSE(p.Holder("r"));
+  EXPECT_TRUE(p.Acquire("r", "first"));
+  EXPECT_EQ(*p.Release("r", "first"), "second");
+  EXPECT_FALSE(p.Release("r", "second"));
+  // A reserved build that fails its blob upload leaves the line: the next one goes at once.
+  p.Reserve("r", "failed");
+  p.Reserve("r", "next");
+  EXPECT_FALSE(p.Acquire("r", "next"));
+  EXPECT_EQ(*p.Release("r", "failed"), "next");
+  EXPECT_EQ(*p.Holder("r"), "next");
+  // Without a reservation Acquire joins the end of the line, as before.
+  EXPECT_FALSE(p.Acquire("r", "late"));
+  EXPECT_EQ(*p.Release("r", "next"), "late");
+}
+
 // --- per-domain build slots (issue 15) ---
 
 JobRequest Job(const std::string& domain, int i) {

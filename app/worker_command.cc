@@ -378,8 +378,10 @@ class WorkerCore {
     BuildResult built;
     built.image_id = r.image_id;
     Builder& b = job.build.mode == "layered" ? *layered_ : *containerfile_;
-    a->push = b.Push(
-        job, built, [&](std::string_view chunk) { a->log.append(chunk); }, cancel);
+    auto log = [&](std::string_view chunk) { a->log.append(chunk); };
+    // Issue 20: upload_blobs runs before the scheduler's push-lane grant, push inside it.
+    a->push = r.op == "upload_blobs" ? b.UploadBlobs(job, built, log, cancel)
+                                     : b.Push(job, built, log, cancel);
   }
 
   const WorkerSettings s_;
@@ -417,7 +419,7 @@ struct FrontState {
 };
 
 WorkerAdmission::Op OpOf(const std::string& key) {
-  return key.rfind("push ", 0) == 0 ? WorkerAdmission::Op::kPush : WorkerAdmission::Op::kBuild;
+  return key.rfind("build ", 0) == 0 ? WorkerAdmission::Op::kBuild : WorkerAdmission::Op::kPush;
 }
 
 constexpr size_t kDoneAnswers = 64;
@@ -479,7 +481,31 @@ remote_builder_actor::behavior_type Front(remote_builder_actor::stateful_pointer
       core->Cancel(r.build_id);
       return RemoteBuildAnswerToText(a);
     }
-    if (r.op != "build" && r.op != "push") {
+    if (r.op == "attach") {
+      // Issue 20: a restarted scheduler asks after a build it had dispatched. Never starts
+      // one: joins the running build of that id, answers the one that ended again, or says
+      // it does not know it.
+      const std::string prefix = "build " + r.build_id + " ";
+      for (const auto& [key, job] : st.running)
+        if (key.rfind(prefix, 0) == 0) {
+          spdlog::info("worker: attach {}: joining the running build", r.build_id);
+          auto rp = self->make_response_promise<std::string>();
+          st.open[job].push_back(rp);
+          return rp;
+        }
+      for (auto k = st.done_order.rbegin(); k != st.done_order.rend(); ++k)  // the latest
+        if (k->rfind(prefix, 0) == 0) {
+          spdlog::info("worker: attach {}: it ended, answering again", r.build_id);
+          return st.done.at(*k);
+        }
+      spdlog::info("worker: attach {}: unknown build, nothing started", r.build_id);
+      a.op = "build";
+      a.build.status = Status::NotFound("worker " + a.worker + " has no build " + r.build_id +
+                                        " running or recently ended");
+      a.build.failure_kind = "unknown_build";
+      return RemoteBuildAnswerToText(a);
+    }
+    if (r.op != "build" && r.op != "push" && r.op != "upload_blobs") {
       a.op = "build";
       a.build.status = Status::InvalidArgument("unknown op '" + r.op + "'");
       return RemoteBuildAnswerToText(a);

@@ -160,6 +160,31 @@ TEST_F(WorkerProcessTest, AdvertisesSlotsRefusesBadRequestsAndReportsFetchFailur
   EXPECT_EQ(log.find("worker-secret-token"), std::string::npos);
   EXPECT_EQ(a.build.status.message().find("worker-secret-token"), std::string::npos);
   EXPECT_NE(log.find("worker: build b-0000000000000001"), std::string::npos) << log;
+
+  // Issue 20: a restarted scheduler's attach gets the ended build's answer again, and for a
+  // build id the worker never ran, "unknown" — without building anything.
+  RemoteBuildRequest attach;
+  attach.op = "attach";
+  attach.build_id = "b-0000000000000001";
+  a = Ask(sys, h, attach);
+  EXPECT_EQ(a.op, "build");
+  EXPECT_EQ(a.build.status.code(), Status::Code::kUnavailable) << a.build.status.message();
+  EXPECT_EQ(a.build.failure_kind, "infrastructure");
+  attach.build_id = "b-00000000000000ff";
+  a = Ask(sys, h, attach);
+  EXPECT_EQ(a.op, "build");
+  EXPECT_EQ(a.build_id, "b-00000000000000ff");
+  EXPECT_EQ(a.build.failure_kind, "unknown_build");
+  EXPECT_EQ(a.build.status.code(), Status::Code::kNotFound) << a.build.status.message();
+  std::ifstream in2(dir_ / "worker.log");
+  log.assign(std::istreambuf_iterator<char>(in2), {});
+  EXPECT_NE(log.find("worker: attach b-0000000000000001: it ended, answering again"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("worker: attach b-00000000000000ff: unknown build, nothing started"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("worker: build b-00000000000000ff"), std::string::npos) << log;
 }
 
 TEST_F(WorkerProcessTest, FullWorkerAnswersBusyAndARepeatedBuildJoinsTheRunningOne) {
@@ -201,6 +226,11 @@ TEST_F(WorkerProcessTest, FullWorkerAnswersBusyAndARepeatedBuildJoinsTheRunningO
       << a.build.status.message();
   // Asked again, a running build id joins it: no new build, no busy answer.
   self->send(h, remote_build_atom::value, RemoteBuildRequestToText(build(1)));
+  // Issue 20: a restarted scheduler's attach (no build config at all) joins it too.
+  RemoteBuildRequest attach;
+  attach.op = "attach";
+  attach.build_id = "b-hang-2";
+  self->send(h, remote_build_atom::value, RemoteBuildRequestToText(attach));
   RemoteBuildRequest info;
   info.op = "info";
   a = Ask(sys, h, info);  // answered after the repeated request was handled (in order)
@@ -211,6 +241,8 @@ TEST_F(WorkerProcessTest, FullWorkerAnswersBusyAndARepeatedBuildJoinsTheRunningO
             std::string::npos)
       << log;
   EXPECT_NE(log.find("worker: build b-hang-5 refused: busy"), std::string::npos) << log;
+  EXPECT_NE(log.find("worker: attach b-hang-2: joining the running build"), std::string::npos)
+      << log;
   EXPECT_EQ(log.find("worker: build b-hang-5 of"), std::string::npos) << log;
   ::close(lfd);
 }

@@ -741,6 +741,19 @@ PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, c
   return res;
 }
 
+PushResult BuildahBuilder::UploadBlobs(const BuildJob& job, const BuildResult& built,
+                                       const OutputFn& out, const CancelToken* cancel) {
+  OciPushRequest req;
+  req.layout_dir = job.storage_dir + "/rootless/oci";
+  req.ref_name = kOciRef;
+  req.expect_config_digest = "sha256:" + built.image_id;
+  req.repository = job.repository;
+  req.blobs_only = true;
+  PushResult res;
+  res.status = PushOciLayout(Client(job.registry), req, out, cancel).status;
+  return res;
+}
+
 Status BuildahBuilder::Check() {
   ProcessSpec spec;
   spec.argv = {buildah_, "version"};

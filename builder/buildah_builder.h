@@ -67,6 +67,9 @@ class BuildahBuilder : public Builder {
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                   const CancelToken* cancel) override;
+  /// Issue 20: the OCI layout's missing blobs, no manifest (PushOciLayout with blobs_only).
+  PushResult UploadBlobs(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                         const CancelToken* cancel) override;
   Status Check() override;
 
   /// The registry's "host:port" from its URL ("http://127.0.0.1:5000" -> "127.0.0.1:5000").

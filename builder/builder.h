@@ -74,6 +74,24 @@ class Builder {
   /// the credential. The credential never appears in argv, output or the status message.
   virtual PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                           const CancelToken* cancel) = 0;
+  /// Issue 20: uploads the built image's blobs (the ones the registry lacks) to job.registry,
+  /// and nothing else: no manifest, no tag moves. The candidate calls it right after a
+  /// successful build, before it waits for the push-lane grant; Push, under the grant, then
+  /// finds the blobs present (it HEADs each first) and puts only the manifest. Cancellable;
+  /// errors as Push's (the caller reports them as a push failure). Default: nothing to do.
+  virtual PushResult UploadBlobs(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                                 const CancelToken* cancel) {
+    (void)job, (void)built, (void)out, (void)cancel;
+    return PushResult{};
+  }
+  /// Issue 20: whether build `build_id`, found unfinished when kiln started, can still be
+  /// carried on (a worker pool: it was dispatched to a worker that may still run it); then
+  /// its commit and build key. Build with that id then re-attaches to it (never starts a new
+  /// one) or fails with failure_kind "interrupted". Default: no.
+  virtual bool Resumable(const std::string& build_id, std::string* commit, std::string* key) {
+    (void)build_id, (void)commit, (void)key;
+    return false;
+  }
   /// Quick self-check for /readyz ("buildah works"). Ok or Unavailable with the reason.
   virtual Status Check() = 0;
 };

@@ -24,6 +24,15 @@ namespace kiln {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 namespace {
+
+// `out` for the pushing threads: one line at a time (nothing when `out` is empty).
+std::function<void(const std::string&)> OneLineAtATime(const OutputFn& out, std::mutex* mu) {
+  return [&out, mu](const std::string& line) {
+    if (!out) return;
+    std::lock_guard<std::mutex> l(*mu);
+    out(line);
+  };
+}
 using Clock = std::chrono::steady_clock;
 int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -422,31 +431,22 @@ BuildResult LayeredBuilder::Build(const BuildJob& job, const OutputFn& out,
   return res;
 }
 
-PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
-                                const CancelToken* cancel) {
-  PushResult res;
-  const auto t0 = Clock::now();
-  std::shared_ptr<const Prepared> prep;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = prepared_.find(job.storage_dir);
-    if (it != prepared_.end() && it->second.first == built.image_id) {
-      prep = it->second.second;
-      prepared_.erase(it);
-    }
-  }
-  if (!prep) {
-    res.status = Status::Internal("no prepared image for this build");
-    return res;
-  }
+std::shared_ptr<const LayeredBuilder::Prepared> LayeredBuilder::Find(const BuildJob& job,
+                                                                     const BuildResult& built,
+                                                                     bool take) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = prepared_.find(job.storage_dir);
+  if (it == prepared_.end() || it->second.first != built.image_id) return nullptr;
+  std::shared_ptr<const Prepared> prep = it->second.second;
+  if (take) prepared_.erase(it);
+  return prep;
+}
+
+Status LayeredBuilder::EnsureBlobs(const BuildJob& job, const Prepared& prep,
+                                   const std::function<void(const std::string&)>& say,
+                                   const CancelToken* cancel, int* uploads_out) {
   RegistryClient* c = Client(job.registry);
   const std::string& repo = job.repository;
-  std::mutex out_mu;
-  auto say = [&](const std::string& line) {
-    if (!out) return;
-    std::lock_guard<std::mutex> l(out_mu);
-    out(line);
-  };
   std::atomic<int> uploads{0};
   // One blob: HEAD, then (base layers) a cross-repository mount, then an upload if still missing.
   auto ensure = [&](const std::string& digest, const std::string* data) -> Status {
@@ -456,50 +456,91 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
     if (!st.ok() || exists) return st;
     if (!data) {
       bool mounted = false;
-      st = c->MountBlob(repo, digest, prep->base_repo, &mounted);
+      st = c->MountBlob(repo, digest, prep.base_repo, &mounted);
       if (!st.ok() || mounted) return st;
       std::string blob;
-      st = c->GetBlob(prep->base_repo, digest, &blob);
+      st = c->GetBlob(prep.base_repo, digest, &blob);
       if (!st.ok()) return st;
       ++uploads;
       return c->PutBlob(repo, digest, blob);
     }
     say("kiln: uploading " + digest + "\n");
     ++uploads;
-    if (data == &prep->layer.data && prep->layer.file) {
+    if (data == &prep.layer.data && prep.layer.file) {
       // The registry client uploads from memory: the layer is read only for its upload.
       std::string blob;
-      st = prep->layer.file->ReadAll(&blob);
+      st = prep.layer.file->ReadAll(&blob);
       return st.ok() ? c->PutBlob(repo, digest, blob) : st;
     }
     return c->PutBlob(repo, digest, *data);
   };
-  // Every blob concurrently (the client is thread-safe), and what the tag points at now.
-  // Each thread carries the build's registry deadline (issue 19: a stalled registry fails the
-  // push within build.timeout_s, not after the client's own timeouts).
+  // Every blob concurrently (the client is thread-safe). Each thread carries the build's
+  // registry deadline (issue 19: a stalled registry fails the push within build.timeout_s,
+  // not after the client's own timeouts).
   const RegistryDeadline deadline = CurrentRegistryDeadline();
   auto ensure_in_time = [&](const std::string& digest, const std::string* data) {
     RegistryDeadlineScope in_time(deadline);
     return ensure(digest, data);
   };
   std::vector<std::future<Status>> blobs;
-  for (const auto& d : prep->image.base_layers)
+  for (const auto& d : prep.image.base_layers)
     blobs.push_back(std::async(std::launch::async, ensure_in_time, d.digest, nullptr));
   blobs.push_back(
-      std::async(std::launch::async, ensure_in_time, prep->layer.digest, &prep->layer.data));
-  blobs.push_back(std::async(std::launch::async, ensure_in_time, prep->image.config_desc.digest,
-                             &prep->image.config));
+      std::async(std::launch::async, ensure_in_time, prep.layer.digest, &prep.layer.data));
+  blobs.push_back(std::async(std::launch::async, ensure_in_time, prep.image.config_desc.digest,
+                             &prep.image.config));
+  Status st;
+  for (auto& f : blobs) {
+    Status s = f.get();
+    if (st.ok() && !s.ok()) st = s;
+  }
+  if (uploads_out) *uploads_out = uploads.load();
+  return st;
+}
+
+PushResult LayeredBuilder::UploadBlobs(const BuildJob& job, const BuildResult& built,
+                                       const OutputFn& out, const CancelToken* cancel) {
+  PushResult res;
+  const auto t0 = Clock::now();
+  std::shared_ptr<const Prepared> prep = Find(job, built, false);
+  if (!prep) {
+    res.status = Status::Internal("no prepared image for this build");
+    return res;
+  }
+  std::mutex out_mu;
+  const auto say = OneLineAtATime(out, &out_mu);
+  int uploads = 0;
+  res.status = EnsureBlobs(job, *prep, say, cancel, &uploads);
+  res.elapsed_ms = MsSince(t0);
+  if (res.status.ok())
+    say("kiln: blobs: " + std::to_string(uploads) + " upload(s) before the push lane, " +
+        std::to_string(res.elapsed_ms) + " ms\n");
+  return res;
+}
+
+PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                                const CancelToken* cancel) {
+  PushResult res;
+  const auto t0 = Clock::now();
+  std::shared_ptr<const Prepared> prep = Find(job, built, true);
+  if (!prep) {
+    res.status = Status::Internal("no prepared image for this build");
+    return res;
+  }
+  RegistryClient* c = Client(job.registry);
+  const std::string& repo = job.repository;
+  std::mutex out_mu;
+  const auto say = OneLineAtATime(out, &out_mu);
+  // What the tag points at now, while the blobs are HEADed (after UploadBlobs: all present).
+  const RegistryDeadline deadline = CurrentRegistryDeadline();
   auto current = std::async(std::launch::async, [&] {
     RegistryDeadlineScope in_time(deadline);
     std::string body, type, digest;
     Status st = c->GetManifest(repo, job.tag, &body, &type, &digest);
     return st.ok() ? digest : std::string();
   });
-  Status st;
-  for (auto& f : blobs) {
-    Status s = f.get();
-    if (st.ok() && !s.ok()) st = s;
-  }
+  int uploads = 0;
+  Status st = EnsureBlobs(job, *prep, say, cancel, &uploads);
   const std::string tag_digest = current.get();
   const std::string& want = prep->image.manifest_digest;
   // The manifest last, and only when every blob is there: a failed push never moves the tag.
@@ -522,7 +563,7 @@ PushResult LayeredBuilder::Push(const BuildJob& job, const BuildResult& built, c
     res.status = st;
     return res;
   }
-  say("kiln: push: " + std::to_string(uploads.load()) + " blob upload(s), manifest " +
+  say("kiln: push: " + std::to_string(uploads) + " blob upload(s), manifest " +
       (manifest_put ? "put" : "unchanged") + ", " + std::to_string(res.elapsed_ms) + " ms\n");
   res.digest = digest;
   res.ref = c->host() + "/" + repo + "@" + digest;

@@ -16,6 +16,8 @@
 // Push: HEADs (and mounts or uploads) every blob concurrently while reading the tag's current
 // manifest digest; the manifest goes last, only when every blob is there, and is skipped when
 // the tag already points at the same digest. A failed push never moves the tag.
+// UploadBlobs (issue 20, before the push-lane grant): the same blob step without the manifest;
+// the Push under the grant then finds every blob by its HEAD and puts only the manifest.
 //
 // Ownership: owns its registry clients (one per registry url), the cached base images, the
 // outputs caches (one per domain cache dir) and at most one prepared image per candidate;
@@ -26,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -60,6 +63,8 @@ class LayeredBuilder : public Builder {
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                   const CancelToken* cancel) override;
+  PushResult UploadBlobs(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                         const CancelToken* cancel) override;
   Status Check() override;
 
   /// Splits "<host:port>/<repo>@sha256:<hex>". Returns InvalidArgument when malformed.
@@ -71,6 +76,13 @@ class LayeredBuilder : public Builder {
   struct Base;
   RegistryClient* Client(const RegistryConfig& reg);
   OutputsCache* Cache(const std::string& cache_dir);
+  /// The prepared image of `built` in job's storage (taken out of prepared_ when `take`).
+  std::shared_ptr<const Prepared> Find(const BuildJob& job, const BuildResult& built, bool take);
+  /// HEADs every blob of `prep` concurrently and mounts or uploads the missing ones; counts
+  /// the uploads in `uploads`. `say` is called one line at a time.
+  Status EnsureBlobs(const BuildJob& job, const Prepared& prep,
+                     const std::function<void(const std::string&)>& say, const CancelToken* cancel,
+                     int* uploads);
   Status ResolveBase(const RegistryConfig& reg, const std::string& base_ref,
                      std::shared_ptr<const Base>* out);
 

@@ -204,6 +204,7 @@ OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
     res.status = Status::Cancelled("push cancelled");
     return res;
   }
+  if (req.blobs_only) return res;
   std::string digest;
   res.status = client->PutManifest(req.repository, req.tag, m.media_type, m.body, &digest);
   if (!res.status.ok()) return res;

@@ -30,11 +30,12 @@ struct OciPushRequest {
   std::string expect_config_digest;  // "sha256:<hex>" or "": the image that must be pushed
   std::string repository;            // e.g. "loop/app"
   std::string tag;                   // e.g. the candidate name
+  bool blobs_only = false;  // issue 20: upload the missing blobs, put no manifest (no tag moves)
 };
 
 struct OciPushResult {
   Status status;
-  std::string digest;      // "sha256:<hex>" of the manifest pushed
+  std::string digest;      // "sha256:<hex>" of the manifest pushed (blobs_only: "")
   int uploaded_blobs = 0;  // blobs the registry did not have
 };
 

@@ -96,8 +96,9 @@ class OciLayoutPusherTest : public ::testing::Test {
     };
   }
 
-  OciPushResult Push(RegistryClient* c) {
+  OciPushResult Push(RegistryClient* c, bool blobs_only = false) {
     OciPushRequest req;
+    req.blobs_only = blobs_only;
     req.layout_dir = dir_;
     req.ref_name = "img";
     req.expect_config_digest = config_;
@@ -126,6 +127,34 @@ TEST_F(OciLayoutPusherTest, UploadsOnlyMissingBlobsThenTheManifestLast) {
   EXPECT_EQ(manifest_put_after_, 4u);  // every upload had finished
   ASSERT_FALSE(log_.empty());
   EXPECT_EQ(log_.back(), "PUT /v2/app/manifests/cand");
+}
+
+// Issue 20: the blob stage (before the push-lane grant) uploads every missing blob and puts no
+// manifest; the push under the grant then only HEADs them and puts the manifest.
+TEST_F(OciLayoutPusherTest, BlobsOnlyThenThePushUnderTheGrantPutsOnlyTheManifest) {
+  FakeServer server(Registry());
+  RegistryClient client({server.url(), std::nullopt, std::nullopt});
+  OciPushResult blobs = Push(&client, true);
+  ASSERT_TRUE(blobs.status.ok()) << blobs.status.ToString();
+  EXPECT_EQ(blobs.digest, "");
+  EXPECT_EQ(blobs.uploaded_blobs, 5);
+  size_t before_grant = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& line : log_)
+      EXPECT_EQ(line.find("/manifests/"), std::string::npos) << "no tag moves: " << line;
+    before_grant = log_.size();
+  }
+  OciPushResult r = Push(&client);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.digest, manifest_);
+  EXPECT_EQ(r.uploaded_blobs, 0);
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> under_grant(log_.begin() + before_grant, log_.end());
+  ASSERT_EQ(under_grant.size(), 6u);  // five HEADs, then the manifest
+  for (size_t i = 0; i + 1 < under_grant.size(); ++i)
+    EXPECT_EQ(under_grant[i].rfind("HEAD /v2/app/blobs/sha256:", 0), 0u) << under_grant[i];
+  EXPECT_EQ(under_grant.back(), "PUT /v2/app/manifests/cand");
 }
 
 TEST_F(OciLayoutPusherTest, RefusedBlobLeavesTheTagAlone) {

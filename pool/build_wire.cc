@@ -145,7 +145,7 @@ std::string RemoteBuildAnswerToText(const RemoteBuildAnswer& a) {
     j["diagnostics"] = DiagnosticsToJson(a.build.diagnostics);
     j["elapsed_ms"] = a.build.elapsed_ms;
     j["timings"] = a.build.timings;
-  } else if (a.op == "push") {
+  } else if ((a.op == "push" || a.op == "upload_blobs")) {
     j["status"] = StatusJson(a.push.status);
     j["digest"] = a.push.digest;
     j["ref"] = a.push.ref;
@@ -175,7 +175,7 @@ Status RemoteBuildAnswerFromText(const std::string& text, RemoteBuildAnswer* out
       a.build.diagnostics = DiagnosticsFromJson(j.value("diagnostics", json::array()));
       a.build.elapsed_ms = j.value("elapsed_ms", int64_t{0});
       a.build.timings = j.value("timings", std::map<std::string, int64_t>());
-    } else if (a.op == "push") {
+    } else if ((a.op == "push" || a.op == "upload_blobs")) {
       a.push.status = StatusOf(j.value("status", json()));
       a.push.digest = j.value("digest", std::string());
       a.push.ref = j.value("ref", std::string());

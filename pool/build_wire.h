@@ -22,7 +22,11 @@ namespace kiln {
 nlohmann::json BuildConfigToJson(const BuildConfig& build);
 
 struct RemoteBuildRequest {
-  std::string op = "build";  // "build" | "push" | "cancel" | "info"
+  // "build" | "push" | "upload_blobs" (issue 20: the blobs only, before the push-lane grant;
+  // answered in `push`) | "attach" (issue 20: a restarted scheduler asks after a build it
+  // dispatched; answered as `build`, failure_kind "unknown_build" when the worker has none)
+  // | "cancel" | "info"
+  std::string op = "build";
   std::string build_id;
   std::string domain;
   std::string candidate;
@@ -32,7 +36,7 @@ struct RemoteBuildRequest {
   std::string image_registry;    // ImageConfig::registry (a name in the worker's registries)
   std::string image_repository;  // ImageConfig::repository
   nlohmann::json build = nlohmann::json::object();  // BuildConfigToJson of the domain
-  std::string image_id;                             // op push: what the worker's build answered
+  std::string image_id;      // op push/upload_blobs: what the worker's build answered
   int64_t sent_unix_ms = 0;  // when the scheduler decided (dispatch overhead, same clock)
 };
 
@@ -47,7 +51,7 @@ struct RemoteBuildAnswer {
   std::string build_id;
   std::string worker;
   BuildResult build;  // op build
-  PushResult push;    // op push
+  PushResult push;    // op push, upload_blobs
   std::string log;    // op build/push: everything the worker printed for this build
   nlohmann::json info = nlohmann::json::object();  // op info: {"slots", "running", "warm"}
   /// op build/push: the worker was full and did not start it (its status says so); the

@@ -9,6 +9,7 @@
 #include <caf/system_messages.hpp>
 #include <chrono>
 #include <deque>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -66,6 +67,7 @@ struct PoolBuilder::Impl {
         sys((cfg.set("scheduler.max-threads", size_t{2}), cfg)),
         times(opts.warm_seed_s, opts.cold_seed_s),
         t0(Clock::now()) {
+    LoadDispatched();
     for (const std::string& w : opts.workers) {
       Conn c;
       std::string host;
@@ -79,6 +81,25 @@ struct PoolBuilder::Impl {
   }
 
   double Now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+  // The last 4096 dispatches of an earlier process (a build in flight at a crash is recent).
+  void LoadDispatched() {
+    if (opts.journal_file.empty()) return;
+    std::ifstream in(opts.journal_file);
+    std::deque<std::string> order;
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object() || j.value("event", "") != "dispatched") continue;
+      const std::string id = j.value("build_id", "");
+      if (id.empty()) continue;
+      if (!dispatched.count(id)) order.push_back(id);
+      dispatched[id] = {j.value("worker", ""), j.value("commit", ""), j.value("key", "")};
+      if (order.size() > 4096) {
+        dispatched.erase(order.front());
+        order.pop_front();
+      }
+    }
+  }
 
   // A connected handle to `worker`, connecting (and asking its slots and warm candidates)
   // when needed. Null handle when it cannot be reached (then it is not ready for a while).
@@ -246,6 +267,17 @@ struct PoolBuilder::Impl {
     }
   }
 
+  // `worker` holds the image of `build_id` (for its push); the last 4096 builds.
+  void RememberBuilt(const std::string& build_id, const std::string& worker) {
+    std::lock_guard<std::mutex> lock(mu);
+    built_on[build_id] = worker;
+    built_order.push_back(build_id);
+    while (built_order.size() > 4096) {
+      built_on.erase(built_order.front());
+      built_order.pop_front();
+    }
+  }
+
   void Done(const std::string& worker, const std::string& ck, bool warm, double seconds,
             bool built) {
     std::lock_guard<std::mutex> lock(mu);
@@ -274,7 +306,8 @@ struct PoolBuilder::Impl {
             Status st = RemoteBuildAnswerFromText(text, &a);
             if (!st.ok()) {
               at.error = st;
-            } else if (a.op == req.op && a.build_id == req.build_id) {
+            } else if ((a.op == req.op || (req.op == "attach" && a.op == "build")) &&
+                       a.build_id == req.build_id) {
               at.answered = true;
               at.answer = std::move(a);
             }
@@ -319,6 +352,12 @@ struct PoolBuilder::Impl {
   std::map<std::string, Conn> conns;
   std::map<std::string, std::string> built_on;  // build id -> worker holding its image
   std::deque<std::string> built_order;          // bounds built_on
+  // Issue 20: builds an earlier scheduler process dispatched (journal_file), by build id;
+  // taken out when Build re-attaches to one.
+  struct Dispatched {
+    std::string worker, commit, key;
+  };
+  std::map<std::string, Dispatched> dispatched;
   const Clock::time_point t0;
 };
 
@@ -354,8 +393,18 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
         "a worker pool builds commits of the domain's repository, not a local directory");
     return res;
   }
-  const std::string ck = job.domain + "/" + job.candidate;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
+  {
+    std::unique_lock<std::mutex> lock(m.mu);
+    auto d = m.dispatched.find(job.build_id);
+    if (d != m.dispatched.end()) {
+      const std::string w = d->second.worker;
+      m.dispatched.erase(d);
+      lock.unlock();
+      return Reattach(w, job, deadline, out, cancel);
+    }
+  }
+  const std::string ck = job.domain + "/" + job.candidate;
   std::set<std::string> tried;
   std::vector<std::string> lost, busy;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -374,6 +423,15 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     RemoteBuildRequest req =
         RequestOf(job, "build", m.opts.git_url ? m.opts.git_url(job.domain) : "");
     req.sent_unix_ms = decided;
+    // Issue 20: on disk before the worker can start it, so a restarted scheduler asks it.
+    AppendJournal(m.opts.journal_file, {{"event", "dispatched"},
+                                        {"build_id", job.build_id},
+                                        {"domain", job.domain},
+                                        {"candidate", job.candidate},
+                                        {"commit", job.commit},
+                                        {"key", job.key},
+                                        {"worker", w},
+                                        {"unix_ms", WireNowMs()}});
     out("kiln: building on worker " + w + (warm ? " (warm)" : " (cold)") + "\n");
     auto t = Clock::now();
     Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
@@ -392,15 +450,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     if (at.answered) {
       if (!at.answer.log.empty()) out(at.answer.log);
       res = std::move(at.answer.build);
-      if (res.status.ok()) {
-        std::lock_guard<std::mutex> lock(m.mu);
-        m.built_on[job.build_id] = w;
-        m.built_order.push_back(job.build_id);
-        while (m.built_order.size() > 4096) {
-          m.built_on.erase(m.built_order.front());
-          m.built_order.pop_front();
-        }
-      }
+      if (res.status.ok()) m.RememberBuilt(job.build_id, w);
       return res;
     }
     if (!at.lost) {
@@ -442,9 +492,65 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
   return res;
 }
 
+BuildResult PoolBuilder::Reattach(const std::string& w, const BuildJob& job,
+                                  std::chrono::steady_clock::time_point deadline,
+                                  const OutputFn& out, const CancelToken* cancel) {
+  Impl& m = *impl_;
+  BuildResult res;
+  auto interrupted = [&](const std::string& why) {
+    spdlog::warn("pool: build {} cannot be carried on after the restart: {}", job.build_id, why);
+    res.status = Status::Unavailable("kiln restarted during this build and " + why +
+                                     "; build the candidate again");
+    res.failure_kind = "interrupted";
+    return res;
+  };
+  out("kiln: kiln restarted during this build; asking worker " + w + " for it\n");
+  remote_builder_actor h = m.Connect(w);
+  if (!h) return interrupted("its worker " + w + " cannot be reached");
+  RemoteBuildRequest req = RequestOf(job, "attach", "");
+  Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
+  if (!at.answered) {
+    if (at.lost) m.Lost(w);
+    if (cancel && cancel->cancelled()) {
+      res.status = Status::Cancelled("build cancelled");
+      return res;
+    }
+    return interrupted("its worker " + w + (at.lost ? " was lost" : " did not answer"));
+  }
+  if (at.answer.build.failure_kind == "unknown_build")
+    return interrupted("its worker " + w + " no longer knows it");
+  out("kiln: re-attached to the build on worker " + w + "\n");
+  if (!at.answer.log.empty()) out(at.answer.log);
+  res = std::move(at.answer.build);
+  if (res.status.ok()) m.RememberBuilt(job.build_id, w);
+  return res;
+}
+
+bool PoolBuilder::Resumable(const std::string& build_id, std::string* commit, std::string* key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto d = impl_->dispatched.find(build_id);
+  if (d == impl_->dispatched.end() || d->second.worker.empty() || d->second.commit.empty())
+    return false;
+  *commit = d->second.commit;
+  *key = d->second.key;
+  return true;
+}
+
 PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                              const CancelToken* cancel) {
+  return OnBuildingWorker("push", job, built, out, cancel);
+}
+
+PushResult PoolBuilder::UploadBlobs(const BuildJob& job, const BuildResult& built,
+                                    const OutputFn& out, const CancelToken* cancel) {
+  return OnBuildingWorker("upload_blobs", job, built, out, cancel);
+}
+
+PushResult PoolBuilder::OnBuildingWorker(const std::string& op, const BuildJob& job,
+                                         const BuildResult& built, const OutputFn& out,
+                                         const CancelToken* cancel) {
   Impl& m = *impl_;
+  const std::string what = op == "push" ? "push" : "blob upload";
   PushResult res;
   std::string w = WorkerOf(job.build_id);
   if (w.empty()) {
@@ -456,10 +562,10 @@ PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, cons
   remote_builder_actor h = m.Connect(w);
   if (!h) {
     res.status = Status::Unavailable("worker " + w + " that built " + job.build_id +
-                                     " cannot be reached for the push; build it again");
+                                     " cannot be reached for the " + what + "; build it again");
     return res;
   }
-  RemoteBuildRequest req = RequestOf(job, "push", m.opts.git_url ? m.opts.git_url(job.domain) : "");
+  RemoteBuildRequest req = RequestOf(job, op, m.opts.git_url ? m.opts.git_url(job.domain) : "");
   req.image_id = built.image_id;
   req.sent_unix_ms = WireNowMs();
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(job.build.timeout_s + 120);
@@ -479,12 +585,12 @@ PushResult PoolBuilder::Push(const BuildJob& job, const BuildResult& built, cons
   if (at.lost) {
     m.Lost(w);
     AppendJournal(m.opts.journal_file, {{"event", "worker_lost"},
-                                        {"phase", "push"},
+                                        {"phase", op},
                                         {"build_id", job.build_id},
                                         {"worker", w},
                                         {"retry", false},
                                         {"unix_ms", WireNowMs()}});
-    res.status = Status::Unavailable("worker " + w + " was lost during the push of " +
+    res.status = Status::Unavailable("worker " + w + " was lost during the " + what + " of " +
                                      job.build_id + "; build it again");
     return res;
   }

@@ -2,8 +2,9 @@
 // is set. Each build goes to a worker (`kiln worker`) chosen by Placement (rendezvous affinity
 // by candidate, spill when waiting costs more than a cold build) and runs there through the
 // worker's remote_builder_actor over mutual TLS; the push of that image goes to the same
-// worker, inside the scheduler's push-lane grant (the candidate takes the grant before it calls
-// Push), so tags still move in build order across workers.
+// worker: its blobs right after the build (UploadBlobs, op upload_blobs, before the candidate
+// asks for the push-lane grant), the manifest inside the grant (Push), so tags still move in
+// build order across workers while the blobs of several builds upload at once.
 //
 // A worker's proxy going down mid-build (CAF 0.17 does not fail the open request by itself) is
 // confirmed first: the network thread's stale TLS error is cleared (ClearTransportErrors) and
@@ -14,6 +15,11 @@
 // before its image was pushed is not retried by Push (at most one push per build): the build
 // fails as infrastructure. A worker that answers busy (full) did not start the build: it goes
 // to another worker without counting a retry.
+//
+// A scheduler restart (issue 20): Resumable names the builds the last process dispatched (the
+// last 4096 dispatches of journal_file); Build of such an id sends `attach` to its worker,
+// which joins the running build or answers the ended one again and never starts one; a worker
+// that does not know it, or cannot be reached, fails it with failure_kind "interrupted".
 //
 // Thread-safety: Build/Push/Check block the calling thread (BlockingWork threads, never an
 // actor) and may be called concurrently. The PoolBuilder owns its own actor system (caf::io +
@@ -41,7 +47,10 @@ struct PoolBuilderOptions {
   PoolTlsConfig tls;                 // the scheduler's certificate, key, and the workers' CA
   /// The git remote a worker fetches a domain's commits from (kiln serve's /git/<d>.git).
   std::function<std::string(const std::string& domain)> git_url;
-  std::string journal_file;  // "" : worker losses are only logged
+  /// "" : worker losses are only logged. Else also every dispatch ("dispatched": build id,
+  /// domain, candidate, commit, key, worker), read back at construction: a restarted
+  /// scheduler re-attaches to the builds still running on their workers (Resumable, Build).
+  std::string journal_file;
   double warm_seed_s = 10, cold_seed_s = 30;
   int connect_retry_ms = 2000;  // a worker that could not be reached is retried after this
 };
@@ -54,6 +63,10 @@ class PoolBuilder : public Builder {
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                   const CancelToken* cancel) override;
+  PushResult UploadBlobs(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                         const CancelToken* cancel) override;
+  /// Issue 20: a build dispatched (journal_file) by an earlier scheduler process.
+  bool Resumable(const std::string& build_id, std::string* commit, std::string* key) override;
   /// Ok when at least one worker answers; Unavailable naming the unreachable ones otherwise.
   Status Check() override;
 
@@ -71,6 +84,13 @@ class PoolBuilder : public Builder {
  private:
   struct Conn;
   struct Impl;
+  // Build of a build an earlier process dispatched to `worker`: `attach`, never a new build.
+  BuildResult Reattach(const std::string& worker, const BuildJob& job,
+                       std::chrono::steady_clock::time_point deadline, const OutputFn& out,
+                       const CancelToken* cancel);
+  // Push and UploadBlobs: `op` on the worker that built job.build_id.
+  PushResult OnBuildingWorker(const std::string& op, const BuildJob& job, const BuildResult& built,
+                              const OutputFn& out, const CancelToken* cancel);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -45,6 +45,17 @@ std::string Read(const fs::path& p) {
   return ss.str();
 }
 
+// The worker_lost records of a pool journal (it also holds every dispatch, issue 20).
+std::vector<nlohmann::json> Losses(const fs::path& p) {
+  std::stringstream ss(Read(p));
+  std::vector<nlohmann::json> recs;
+  for (std::string line; std::getline(ss, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["event"] == "worker_lost") recs.push_back(j);
+  }
+  return recs;
+}
+
 // A TCP relay on 127.0.0.1 to a worker's port: what passes through it is the scheduler's TLS
 // untouched. Cut() closes the connections it carries (the scheduler sees its connection to a
 // live worker drop) and keeps accepting new ones.
@@ -336,9 +347,7 @@ TEST_F(PoolBuilderTest, KilledWorkerMidBuildIsRetriedOnceOnAnother) {
   EXPECT_EQ(builds, 2) << "one attempt and exactly one retry";
   EXPECT_NE(log.find("lost mid-build; retrying on another worker"), std::string::npos) << log;
   // Journal: two losses of this build, the first retried, the second not.
-  std::stringstream ss(Read(dir_ / "pool-journal.jsonl"));
-  std::vector<nlohmann::json> recs;
-  for (std::string line; std::getline(ss, line);) recs.push_back(nlohmann::json::parse(line));
+  std::vector<nlohmann::json> recs = Losses(dir_ / "pool-journal.jsonl");
   ASSERT_EQ(recs.size(), 2u);
   EXPECT_EQ(recs[0]["event"], "worker_lost");
   EXPECT_EQ(recs[0]["build_id"], "bh");
@@ -399,9 +408,7 @@ TEST_F(PoolBuilderTest, BuildRetriedAfterAKillSucceedsOnTheLiveWorker) {
   for (const std::string w : {"w1", "w2", "w3"})
     if (fs::exists(dir_ / (w + ".requests")) && Requests(w, "build", "bk") > 0) ++workers_with_it;
   EXPECT_EQ(workers_with_it, 2) << "the killed worker and exactly one other";
-  std::stringstream ss(Read(dir_ / "pool-journal.jsonl"));
-  std::vector<nlohmann::json> recs;
-  for (std::string line; std::getline(ss, line);) recs.push_back(nlohmann::json::parse(line));
+  std::vector<nlohmann::json> recs = Losses(dir_ / "pool-journal.jsonl");
   ASSERT_EQ(recs.size(), 1u) << "one loss only: the live worker was not reported lost";
   EXPECT_EQ(name_of_[recs[0]["worker"].get<std::string>()], victim);
   EXPECT_TRUE(recs[0]["retry"].get<bool>());
@@ -446,7 +453,19 @@ TEST_F(PoolBuilderTest, DroppedConnectionToALiveWorkerReattachesWithoutARetry) {
   EXPECT_EQ(res.image_id, "w1:bd");
   EXPECT_NE(log.find("re-attached to the build"), std::string::npos) << log;
   EXPECT_EQ(log.find("lost mid-build"), std::string::npos) << log;
-  EXPECT_FALSE(fs::exists(dir_ / "relay-journal.jsonl")) << Read(dir_ / "relay-journal.jsonl");
+  EXPECT_TRUE(Losses(dir_ / "relay-journal.jsonl").empty()) << Read(dir_ / "relay-journal.jsonl");
+  // Issue 20: the dispatch itself is journaled once (a restarted scheduler asks after it).
+  std::unique_ptr<PoolBuilder> restarted;
+  {
+    PoolBuilderOptions ro;
+    ro.journal_file = (dir_ / "relay-journal.jsonl").string();
+    restarted = std::make_unique<PoolBuilder>(ro);
+  }
+  std::string commit, key;
+  EXPECT_TRUE(restarted->Resumable("bd", &commit, &key));
+  EXPECT_EQ(key, "key-bd");
+  EXPECT_EQ(commit, std::string(40, 'a'));
+  EXPECT_FALSE(restarted->Resumable("never-dispatched", &commit, &key));
   for (const std::string w : {"w2", "w3"})
     EXPECT_EQ(fs::exists(dir_ / (w + ".requests")) ? Requests(w, "build", "bd") : 0, 0) << w;
 }

@@ -401,8 +401,10 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
   journal_ = std::move(journal);
 
   std::vector<BuildId> active;
+  std::vector<BuildId> resumed;
   for (const auto& [id, b] : model_->builds) {
-    if (!IsFinal(b.record.status)) active.push_back(id);
+    if (IsFinal(b.record.status)) continue;
+    (options_.resumable && options_.resumable(b.record) ? resumed : active).push_back(id);
   }
   if (!active.empty()) {
     s = Commit(kInterrupted, Dump(json{{"ids", active}, {"at_ms", Now()}}));
@@ -427,6 +429,7 @@ Status StateStore::Load(const std::string& dir, LoadSummary* summary) {
   summary->builds = model_->builds.size();
   summary->deploys = model_->latest_deploy.size();
   summary->interrupted = std::move(active);
+  summary->resumed = std::move(resumed);
   summary->duplicate_terminal = model_->duplicate_terminal;
   summary->duplicate_started = model_->duplicate_started;
   summary->generation = jl.generation;

@@ -29,8 +29,9 @@
 // nothing changed, in memory or on disk, and the call may simply be retried later.
 //
 // Load replays snapshot + journal; builds still in a non-final state (the process died during
-// them) become `interrupted` (never succeeded), and that change is itself journaled. A torn
-// journal tail is cut away; corrupt regions in the middle are skipped and listed in
+// them) become `interrupted` (never succeeded), and that change is itself journaled — except
+// those `resumable` accepts (issue 20: a pool build its worker may still run), left unfinished. A
+// torn journal tail is cut away; corrupt regions in the middle are skipped and listed in
 // LoadSummary::corruptions (the store then compacts, keeping the damaged file as *.corrupt).
 // The journal is compacted into a snapshot when it passes `compact_threshold_bytes`; at that
 // point builds beyond `max_builds_per_candidate` per candidate (oldest first, never one that
@@ -119,6 +120,10 @@ struct StateStoreOptions {
   bool sync = true;
   /// Wall clock in unix milliseconds (default: system_clock).
   std::function<int64_t()> now_ms;
+  /// Issue 20: an unfinished build Load finds is left unfinished (not marked interrupted)
+  /// when this says it can be carried on (a worker may still run it); the caller then ends
+  /// it. Unset: every unfinished build is interrupted.
+  std::function<bool(const BuildRecord&)> resumable;
   /// The build-key cache's directory (<state_dir>/keys; created on the first save). "" keeps
   /// no cache: SaveBuildKey refuses, BuildKeys is empty.
   std::string keys_dir;
@@ -129,6 +134,7 @@ struct LoadSummary {
   size_t builds = 0;
   size_t deploys = 0;                       // domains with a deploy record
   std::vector<BuildId> interrupted;         // builds marked interrupted by this load
+  std::vector<BuildId> resumed;             // unfinished builds left to carry on (resumable)
   std::vector<BuildId> duplicate_terminal;  // a 2nd terminal record of a build (ignored)
   std::vector<BuildId> duplicate_started;   // a 2nd start record of a build id (ignored)
   uint64_t generation = 0;

@@ -176,6 +176,34 @@ TEST_F(StateStoreTest, UnfinishedBuildsBecomeInterrupted) {
   EXPECT_EQ(s->Build(running)->status, BuildStatus::kInterrupted);
 }
 
+// Issue 20: an unfinished build the caller can carry on (dispatched to a worker) stays
+// unfinished across the load; the others are interrupted as before; its later end is its one
+// terminal record.
+TEST_F(StateStoreTest, ResumableUnfinishedBuildIsLeftToTheCaller) {
+  BuildId on_worker, local;
+  {
+    auto s = Open();
+    on_worker = Start(*s, "main").id;
+    local = Start(*s, "exp").id;
+  }
+  StateStoreOptions o;
+  o.resumable = [&](const BuildRecord& b) { return b.id == on_worker; };
+  LoadSummary sum;
+  {
+    auto s = Open(&sum, o);
+    EXPECT_EQ(sum.interrupted, (std::vector<BuildId>{local}));
+    EXPECT_EQ(sum.resumed, (std::vector<BuildId>{on_worker}));
+    EXPECT_EQ(s->Build(on_worker)->status, BuildStatus::kRunning);
+    EXPECT_EQ(s->Build(local)->status, BuildStatus::kInterrupted);
+    ASSERT_TRUE(Finish(*s, on_worker, BuildStatus::kSucceeded).ok());
+    EXPECT_EQ(s->LatestSuccessful("d", "main")->id, on_worker);
+  }
+  auto s = Open(&sum, o);
+  EXPECT_TRUE(sum.resumed.empty());
+  EXPECT_TRUE(sum.duplicate_terminal.empty());
+  EXPECT_EQ(s->Build(on_worker)->status, BuildStatus::kSucceeded);
+}
+
 TEST_F(StateStoreTest, BuildIdsNeverRepeatAcrossRestarts) {
   std::set<BuildId> seen;
   for (int round = 0; round < 4; ++round) {
