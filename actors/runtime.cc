@@ -165,8 +165,9 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
                      : "; " + std::to_string(sum.interrupted.size()) +
                            " build(s) were running when kiln stopped: now interrupted");
     if (!sum.resumed.empty())
-      spdlog::info("state: {} build(s) dispatched to workers before kiln stopped: carried on",
-                   sum.resumed.size());
+      spdlog::info(
+          "state: {} build(s) dispatched to workers before kiln stopped: asking their workers",
+          sum.resumed.size());
     if (sum.truncated_bytes)
       spdlog::warn("state: a torn last record ({} bytes, a write cut short by a crash) was dropped",
                    sum.truncated_bytes);
