@@ -700,6 +700,26 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   return res;
 }
 
+namespace {
+
+// A failed upload to `host` in the agent's terms (never the credential).
+Status PushFailure(const std::string& host, const Status& st) {
+  switch (st.code()) {
+    case Status::Code::kPermissionDenied:
+      return Status::PermissionDenied("registry " + host +
+                                      " rejected kiln's credential (check the registry's "
+                                      "auth_file)");
+    case Status::Code::kUnavailable:
+      return Status::Unavailable("registry " + host + " is unreachable: " + st.message());
+    case Status::Code::kCancelled:
+      return Status::Cancelled("push cancelled");
+    default:
+      return Status::Internal("push to " + host + " failed: " + st.message());
+  }
+}
+
+}  // namespace
+
 PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                                 const CancelToken* cancel) {
   PushResult res;
@@ -716,22 +736,7 @@ PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, c
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
           .count();
   if (!r.status.ok()) {
-    switch (r.status.code()) {
-      case Status::Code::kPermissionDenied:
-        res.status = Status::PermissionDenied("registry " + host +
-                                              " rejected kiln's credential (check the registry's "
-                                              "auth_file)");
-        break;
-      case Status::Code::kUnavailable:
-        res.status =
-            Status::Unavailable("registry " + host + " is unreachable: " + r.status.message());
-        break;
-      case Status::Code::kCancelled:
-        res.status = Status::Cancelled("push cancelled");
-        break;
-      default:
-        res.status = Status::Internal("push to " + host + " failed: " + r.status.message());
-    }
+    res.status = PushFailure(host, r.status);
     return res;
   }
   PruneOciLayout(req.layout_dir, req.ref_name);
@@ -750,7 +755,8 @@ PushResult BuildahBuilder::UploadBlobs(const BuildJob& job, const BuildResult& b
   req.repository = job.repository;
   req.blobs_only = true;
   PushResult res;
-  res.status = PushOciLayout(Client(job.registry), req, out, cancel).status;
+  Status st = PushOciLayout(Client(job.registry), req, out, cancel).status;
+  if (!st.ok()) res.status = PushFailure(RegistryHost(job.registry.url), st);
   return res;
 }
 
