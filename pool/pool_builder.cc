@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/file_util.h"
 #include "config/config_parser.h"
 #include "pool/build_wire.h"
 
@@ -82,7 +83,10 @@ struct PoolBuilder::Impl {
 
   double Now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-  // The last 4096 dispatches of an earlier process (a build in flight at a crash is recent).
+  static constexpr size_t kKeptDispatches = 4096;  // a build in flight at a crash is recent
+  static constexpr size_t kCompactEvery = 2 * kKeptDispatches;
+
+  // The last kKeptDispatches dispatches of an earlier process; compacts an oversized journal.
   void LoadDispatched() {
     if (opts.journal_file.empty()) return;
     std::ifstream in(opts.journal_file);
@@ -92,13 +96,52 @@ struct PoolBuilder::Impl {
       if (!j.is_object() || j.value("event", "") != "dispatched") continue;
       const std::string id = j.value("build_id", "");
       if (id.empty()) continue;
+      ++journal_dispatches;
       if (!dispatched.count(id)) order.push_back(id);
       dispatched[id] = {j.value("worker", ""), j.value("commit", ""), j.value("key", "")};
-      if (order.size() > 4096) {
+      if (order.size() > kKeptDispatches) {
         dispatched.erase(order.front());
         order.pop_front();
       }
     }
+    if (journal_dispatches >= kCompactEvery) CompactJournal();
+  }
+
+  // Appends `record` to journal_file (one writer at a time); every kCompactEvery dispatches
+  // the file is compacted, so it stays bounded however many builds run.
+  void Journal(const nlohmann::json& record) {
+    if (opts.journal_file.empty()) return;
+    std::lock_guard<std::mutex> lock(journal_mu);
+    AppendJournal(opts.journal_file, record);
+    if (record.value("event", "") == "dispatched" && ++journal_dispatches >= kCompactEvery)
+      CompactJournal();
+  }
+
+  // Rewrites journal_file with every record but the dispatches older than the last
+  // kKeptDispatches (worker losses are rare and kept). Atomic: a crash leaves either file.
+  void CompactJournal() {
+    std::ifstream in(opts.journal_file);
+    std::vector<std::string> lines;
+    std::vector<bool> is_dispatch;
+    size_t dispatches = 0;
+    for (std::string line; std::getline(in, line);) {
+      const bool d = line.find("\"event\":\"dispatched\"") != std::string::npos;
+      dispatches += d;
+      lines.push_back(std::move(line));
+      is_dispatch.push_back(d);
+    }
+    std::string out;
+    size_t skip = dispatches > kKeptDispatches ? dispatches - kKeptDispatches : 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (is_dispatch[i] && skip > 0) {
+        --skip;
+        continue;
+      }
+      out += lines[i] + "\n";
+    }
+    Status st = WriteFileAtomic(opts.journal_file, out, 0600);
+    if (!st.ok()) spdlog::warn("pool: cannot compact the pool journal: {}", st.message());
+    journal_dispatches = std::min(dispatches, kKeptDispatches);
   }
 
   // A connected handle to `worker`, connecting (and asking its slots and warm candidates)
@@ -358,6 +401,8 @@ struct PoolBuilder::Impl {
     std::string worker, commit, key;
   };
   std::map<std::string, Dispatched> dispatched;
+  std::mutex journal_mu;          // serializes Journal and its compaction
+  size_t journal_dispatches = 0;  // dispatch records in journal_file (under journal_mu)
   const Clock::time_point t0;
 };
 
@@ -424,14 +469,14 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
         RequestOf(job, "build", m.opts.git_url ? m.opts.git_url(job.domain) : "");
     req.sent_unix_ms = decided;
     // Issue 20: on disk before the worker can start it, so a restarted scheduler asks it.
-    AppendJournal(m.opts.journal_file, {{"event", "dispatched"},
-                                        {"build_id", job.build_id},
-                                        {"domain", job.domain},
-                                        {"candidate", job.candidate},
-                                        {"commit", job.commit},
-                                        {"key", job.key},
-                                        {"worker", w},
-                                        {"unix_ms", WireNowMs()}});
+    m.Journal({{"event", "dispatched"},
+               {"build_id", job.build_id},
+               {"domain", job.domain},
+               {"candidate", job.candidate},
+               {"commit", job.commit},
+               {"key", job.key},
+               {"worker", w},
+               {"unix_ms", WireNowMs()}});
     out("kiln: building on worker " + w + (warm ? " (warm)" : " (cold)") + "\n");
     auto t = Clock::now();
     Attempt at = m.RunConfirmed(w, h, req, deadline, cancel, out);
@@ -461,14 +506,14 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     m.Lost(w);
     lost.push_back(w);
     const bool retry = attempt == 0 && !(cancel && cancel->cancelled());
-    AppendJournal(m.opts.journal_file, {{"event", "worker_lost"},
-                                        {"phase", "build"},
-                                        {"build_id", job.build_id},
-                                        {"domain", job.domain},
-                                        {"candidate", job.candidate},
-                                        {"worker", w},
-                                        {"retry", retry},
-                                        {"unix_ms", WireNowMs()}});
+    m.Journal({{"event", "worker_lost"},
+               {"phase", "build"},
+               {"build_id", job.build_id},
+               {"domain", job.domain},
+               {"candidate", job.candidate},
+               {"worker", w},
+               {"retry", retry},
+               {"unix_ms", WireNowMs()}});
     spdlog::warn("pool: worker {} lost during build {}{}", w, job.build_id,
                  retry ? "; retrying once on another worker" : "");
     out("kiln: worker " + w + " was lost mid-build" +
@@ -584,12 +629,12 @@ PushResult PoolBuilder::OnBuildingWorker(const std::string& op, const BuildJob& 
   }
   if (at.lost) {
     m.Lost(w);
-    AppendJournal(m.opts.journal_file, {{"event", "worker_lost"},
-                                        {"phase", op},
-                                        {"build_id", job.build_id},
-                                        {"worker", w},
-                                        {"retry", false},
-                                        {"unix_ms", WireNowMs()}});
+    m.Journal({{"event", "worker_lost"},
+               {"phase", op},
+               {"build_id", job.build_id},
+               {"worker", w},
+               {"retry", false},
+               {"unix_ms", WireNowMs()}});
     res.status = Status::Unavailable("worker " + w + " was lost during the " + what + " of " +
                                      job.build_id + "; build it again");
     return res;

@@ -418,6 +418,37 @@ TEST_F(PoolBuilderTest, BuildRetriedAfterAKillSucceedsOnTheLiveWorker) {
   EXPECT_TRUE(again.status.ok()) << again.status.message();
 }
 
+// Issue 20: the pool journal holds every dispatch; it stays bounded (compacted to the last
+// 4096 dispatches, worker losses kept) and a restarted scheduler finds the recent ones.
+TEST_F(PoolBuilderTest, PoolJournalOfManyDispatchesIsCompactedAndStillResumable) {
+  const fs::path file = dir_ / "big-journal.jsonl";
+  {
+    std::ofstream out(file);
+    out << nlohmann::json{{"event", "worker_lost"}, {"build_id", "lost-1"}}.dump() << "\n";
+    for (int i = 0; i < 9000; ++i)
+      out << nlohmann::json{{"event", "dispatched"},
+                            {"build_id", "b" + std::to_string(i)},
+                            {"commit", std::string(40, 'c')},
+                            {"key", "k" + std::to_string(i)},
+                            {"worker", "127.0.0.1:1"}}
+                 .dump()
+          << "\n";
+  }
+  PoolBuilderOptions o;
+  o.journal_file = file.string();
+  PoolBuilder pool(o);
+  std::string commit, key;
+  EXPECT_TRUE(pool.Resumable("b8999", &commit, &key));
+  EXPECT_EQ(key, "k8999");
+  EXPECT_TRUE(pool.Resumable("b4904", &commit, &key));  // the 4096th from the end
+  EXPECT_FALSE(pool.Resumable("b4903", &commit, &key));
+  std::stringstream ss(Read(file));
+  size_t lines = 0;
+  for (std::string line; std::getline(ss, line);) ++lines;
+  EXPECT_EQ(lines, 4096u + 1);
+  EXPECT_EQ(Losses(file).size(), 1u);
+}
+
 TEST_F(PoolBuilderTest, DroppedConnectionToALiveWorkerReattachesWithoutARetry) {
   // A pool whose one worker (w1) is reached through a relay. The relay drops the connection
   // while the build is open: the scheduler sees the worker's actor go down, but the worker
