@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -100,6 +101,47 @@ TEST_F(ActorsTest, FourCandidatesInTwoDomainsBuildConcurrently) {
   EXPECT_EQ(builder_->builds.load(), 4);
   EXPECT_LE(builder_->max_concurrent.load(), 2);
   EXPECT_EQ(builder_->max_concurrent_pushes.load(), 1);  // one registry: pushes serialized
+}
+
+// Issue 20: a build's blobs upload before it asks for the push lane, and its place in the lane's
+// line is taken when it is built: a later build whose (small) blobs are done first still puts
+// its manifest after the earlier build's.
+TEST_F(ActorsTest, BlobsUploadBeforeTheLaneAndTagsStillMoveInBuildOrder) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool first_in_blobs = false, second_blobs_done = false, first_waited = false;
+  builder_->blob_hook = [&](const std::string& c) {
+    std::unique_lock<std::mutex> l(m);
+    if (c == "second") {
+      second_blobs_done = true;
+      cv.notify_all();
+    } else if (c == "first") {
+      first_in_blobs = true;
+      cv.notify_all();
+      // The first build's upload ends only after the second's (a big layer against a small one).
+      first_waited = cv.wait_for(l, std::chrono::seconds(30), [&] { return second_blobs_done; });
+    }
+  };
+  Start(2, {"a"});
+  const std::string s1 = Source("first", "package main // 1");
+  const std::string s2 = Source("second", "package main // 2");
+  auto f1 = std::async(std::launch::async, [&] { return Build("a", "first", s1); });
+  {
+    std::unique_lock<std::mutex> l(m);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return first_in_blobs; }));
+  }
+  // Built after the first one (which is uploading its blobs now).
+  ToolResult r2 = Build("a", "second", s2);
+  ToolResult r1 = f1.get();
+  EXPECT_EQ(r1.structured["status"], "succeeded") << r1.structured.dump();
+  EXPECT_EQ(r2.structured["status"], "succeeded") << r2.structured.dump();
+  EXPECT_TRUE(first_waited) << "the second build's blobs uploaded while the first's did";
+  std::lock_guard<std::mutex> l(builder_->mu);
+  std::vector<std::string> manifests;
+  for (const auto& e : builder_->events)
+    if (e.rfind("manifest ", 0) == 0) manifests.push_back(e);
+  EXPECT_EQ(manifests, (std::vector<std::string>{"manifest first", "manifest second"}))
+      << "tags move in build order";
 }
 
 TEST_F(ActorsTest, IdenticalRebuildIsACacheHit) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,6 +29,10 @@ class FakeBuilder : public Builder {
   std::vector<std::string> built_candidates;  // in start order
   std::string extra_output;  // printed after the compile step (set before building)
   std::string error_suffix;  // appended to a compile failure's message
+  // Issue 20: runs inside UploadBlobs (set before building); `events` records, in order,
+  // "blobs <candidate>" when a blob stage ended and "manifest <candidate>" when a Push ran.
+  std::function<void(const std::string& candidate)> blob_hook;
+  std::vector<std::string> events;
 
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override {
     {
@@ -64,8 +69,20 @@ class FakeBuilder : public Builder {
     return r;
   }
 
+  PushResult UploadBlobs(const BuildJob& job, const BuildResult&, const OutputFn&,
+                         const CancelToken*) override {
+    if (blob_hook) blob_hook(job.candidate);
+    std::lock_guard<std::mutex> l(mu);
+    events.push_back("blobs " + job.candidate);
+    return PushResult{};
+  }
+
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                   const CancelToken* cancel) override {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      events.push_back("manifest " + job.candidate);
+    }
     pushes++;
     int c = ++concurrent_pushes;
     int m = max_concurrent_pushes.load();
