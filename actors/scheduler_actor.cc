@@ -2,11 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <caf/actor_addr.hpp>
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <map>
+#include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "actors/actor_glue.h"
 #include "actors/build_metrics.h"
@@ -21,6 +26,9 @@ struct SchedulerState {
   PushLanes lanes;
   std::unordered_map<BuildId, CandidateActor> owners;  // build id -> its candidate actor
   std::unordered_map<BuildId, caf::typed_response_promise<granted_atom>> lane_waiters;
+  // Who holds a place in a push lane (reserved, waiting or holding), by the actor that asked:
+  // a candidate actor that goes down gives its places back, so no lane stays blocked.
+  std::map<caf::actor_addr, std::set<std::pair<std::string, BuildId>>> lane_users;
   std::map<std::string, std::string> build_domain;
   std::shared_ptr<BuildMetrics> metrics;
   std::map<std::string, int> weights;
@@ -42,6 +50,40 @@ void UpdateGauges(Self self) {
                                 cap == s.slots.end() ? s.max_parallel : cap->second);
   }
   s.metrics->SetRunning(s.core->running());
+}
+
+// Gives `id`'s place in `registry`'s lane back and grants the lane to the next in line.
+void ReleaseLane(Self self, const std::string& registry, const BuildId& id) {
+  auto& s = self->state;
+  s.lane_waiters.erase(id);
+  auto next = s.lanes.Release(registry, id);
+  if (!next) return;
+  auto it = s.lane_waiters.find(*next);
+  if (it == s.lane_waiters.end()) return;
+  it->second.deliver(granted_atom::value);
+  s.lane_waiters.erase(it);
+}
+
+// Remembers that the current sender holds a place for `id` (monitored once per actor).
+void NoteLaneUser(Self self, const std::string& registry, const BuildId& id) {
+  auto sender = self->current_sender();
+  if (!sender) return;
+  auto addr = caf::actor_cast<caf::actor_addr>(sender);
+  auto& places = self->state.lane_users[addr];
+  if (places.empty()) self->monitor(caf::actor_cast<caf::actor>(sender));
+  places.emplace(registry, id);
+}
+
+void ForgetLaneUser(Self self, const std::string& registry, const BuildId& id) {
+  auto& users = self->state.lane_users;
+  for (auto it = users.begin(); it != users.end(); ++it) {
+    if (it->second.erase({registry, id}) == 0) continue;
+    if (it->second.empty()) {
+      self->demonitor(it->first);
+      users.erase(it);
+    }
+    return;
+  }
 }
 
 void Dispatch(Self self) {
@@ -72,6 +114,16 @@ SchedulerActor::behavior_type SchedulerBehavior(
   init.max_parallel = max_parallel;
   init.metrics = std::move(metrics);
   UpdateGauges(self);
+  self->set_down_handler([=](caf::down_msg& m) {
+    auto it = self->state.lane_users.find(m.source);
+    if (it == self->state.lane_users.end()) return;
+    auto places = std::move(it->second);
+    self->state.lane_users.erase(it);
+    for (const auto& [registry, id] : places) {
+      spdlog::warn("scheduler: build {} gave up its push-lane place (its candidate stopped)", id);
+      ReleaseLane(self, registry, id);
+    }
+  });
   return {
       [=](submit_atom, const JobRequest& req, const CandidateActor& cand) -> SubmitReply {
         auto& s = self->state;
@@ -116,25 +168,19 @@ SchedulerActor::behavior_type SchedulerBehavior(
       },
       [=](push_atom, const std::string& registry, const BuildId& id) -> caf::result<granted_atom> {
         auto& s = self->state;
+        NoteLaneUser(self, registry, id);
         if (s.lanes.Acquire(registry, id)) return granted_atom::value;
         auto rp = self->make_response_promise<granted_atom>();
         s.lane_waiters[id] = rp;
         return rp;
       },
       [=](reserve_atom, const std::string& registry, const BuildId& id) {
+        NoteLaneUser(self, registry, id);
         self->state.lanes.Reserve(registry, id);
       },
       [=](release_atom, const std::string& registry, const BuildId& id) {
-        auto& s = self->state;
-        s.lane_waiters.erase(id);
-        auto next = s.lanes.Release(registry, id);
-        if (next) {
-          auto it = s.lane_waiters.find(*next);
-          if (it != s.lane_waiters.end()) {
-            it->second.deliver(granted_atom::value);
-            s.lane_waiters.erase(it);
-          }
-        }
+        ForgetLaneUser(self, registry, id);
+        ReleaseLane(self, registry, id);
       },
       [=](position_atom, const BuildId& id) -> int64_t {
         auto pos = self->state.core->Position(id);
