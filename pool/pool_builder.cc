@@ -14,6 +14,7 @@
 
 #include "config/config_parser.h"
 #include "pool/build_wire.h"
+#include "pool/tls_probe.h"
 
 namespace kiln {
 
@@ -57,6 +58,7 @@ struct PoolBuilder::Conn {
   remote_builder_actor dead;
   Clock::time_point retry_at{};
   bool listed_ready = true;  // discovery: the endpoint's ready condition (static: always)
+  std::string last_error;    // why the last connect failed ("" : connected or not tried)
 };
 
 struct PoolBuilder::Impl {
@@ -92,7 +94,16 @@ struct PoolBuilder::Impl {
       if (c.handle) return c.handle;
     }
     remote_builder_actor h;
-    Status st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    // A worker whose TLS identity does not fit is kept away from CAF (tls_probe.h: a failed
+    // handshake there breaks the network thread's other connections) and the reason is kept.
+    Status st = ProbeWorkerTls(opts.tls, c.host, c.port);
+    if (!st.ok()) {
+      st = Status::Unavailable("worker " + worker + " at " + c.host + ":" + std::to_string(c.port) +
+                               ": " + st.message() + "; no build goes there until that is fixed");
+    } else {
+      st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+      if (!st.ok()) ClearTransportErrors(sys);
+    }
     auto same = [](const remote_builder_actor& a, const remote_builder_actor& b) {
       return caf::actor_cast<caf::abstract_actor*>(a) == caf::actor_cast<caf::abstract_actor*>(b);
     };
@@ -125,7 +136,9 @@ struct PoolBuilder::Impl {
     if (cit == conns.end()) return remote_builder_actor{};  // removed meanwhile
     Conn& cc = cit->second;
     if (!st.ok()) {
-      spdlog::warn("pool: {}", st.message());
+      // Said once per cause (a refused worker is tried again every connect_retry_ms).
+      if (st.message() != cc.last_error) spdlog::warn("pool: {}", st.message());
+      cc.last_error = st.message();
       cc.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
       placement.SetReady(worker, false, Now());
       cv.notify_all();
@@ -133,6 +146,7 @@ struct PoolBuilder::Impl {
     }
     cc.handle = h;
     cc.dead = remote_builder_actor{};
+    cc.last_error.clear();
     size_t slots = info.value("slots", size_t{1});
     placement.AddWorker(worker, slots, Now());
     placement.SetReady(worker, true, Now());
@@ -509,6 +523,18 @@ Status PoolBuilder::Check() {
   }
   if (any) return Status::Ok();
   return Status::Unavailable("no worker of the pool answers: " + down);
+}
+
+std::string PoolBuilder::Summary() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  size_t connected = 0;
+  std::string refused;
+  for (const auto& [w, c] : impl_->conns) {
+    connected += c.handle ? 1 : 0;
+    if (!c.handle && !c.last_error.empty()) refused += "; " + c.last_error;
+  }
+  return std::to_string(connected) + " of " + std::to_string(impl_->conns.size()) +
+         " worker(s) connected" + refused;
 }
 
 void PoolBuilder::SetMembers(const std::vector<PoolMember>& members) {
