@@ -98,8 +98,9 @@ struct PoolBuilder::Impl {
     // handshake there breaks the network thread's other connections) and the reason is kept.
     Status st = ProbeWorkerTls(opts.tls, c.host, c.port);
     if (!st.ok()) {
-      st = Status::Unavailable("worker " + worker + " at " + c.host + ":" + std::to_string(c.port) +
-                               ": " + st.message() + "; no build goes there until that is fixed");
+      const std::string at = c.host + ":" + std::to_string(c.port);
+      st = Status::Unavailable("worker " + worker + (worker == at ? "" : " at " + at) + ": " +
+                               st.message() + "; no build goes there until that is fixed");
     } else {
       st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
       if (!st.ok()) ClearTransportErrors(sys);

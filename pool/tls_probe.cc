@@ -99,6 +99,8 @@ Status ProbeWorkerTls(const PoolTlsConfig& tls, const std::string& host, uint16_
       st = Status::Unavailable("it refused this scheduler's certificate (" + r +
                                "): its worker.tls.scheduler_ca must be the CA that signed "
                                "scheduler.worker_tls.certificate");
+    } else if (ERR_peek_last_error() == 0) {
+      st = Status::Unavailable("it closed the connection during the TLS handshake");
     } else {
       st = Status::Unavailable("the TLS handshake failed (" + r + ")");
     }
