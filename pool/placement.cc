@@ -166,6 +166,16 @@ void Placement::SetWarm(const std::string& worker, const std::string& candidate,
   if (changed) rank_cache_.erase(candidate);  // warm workers rank first
 }
 
+void Placement::SetWarmSet(const std::string& worker, const std::set<std::string>& warm) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return;
+  for (const std::string& c : it->second.warm)
+    if (!warm.count(c)) rank_cache_.erase(c);
+  for (const std::string& c : warm)
+    if (!it->second.warm.count(c)) rank_cache_.erase(c);
+  it->second.warm = warm;
+}
+
 bool Placement::IsWarm(const std::string& worker, const std::string& candidate) const {
   auto it = workers_.find(worker);
   return it != workers_.end() && it->second.warm.count(candidate) > 0;

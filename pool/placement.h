@@ -93,6 +93,9 @@ class Placement {
   /// The worker advertises (or stops advertising) `candidate` as warm. Unknown workers: ignored.
   void SetWarm(const std::string& worker, const std::string& candidate, bool warm);
   bool IsWarm(const std::string& worker, const std::string& candidate) const;
+  /// Replaces what `worker` advertises warm (its answer after a build: it may have evicted
+  /// candidates). Unknown workers: ignored.
+  void SetWarmSet(const std::string& worker, const std::set<std::string>& warm);
 
   /// A build of `candidate` started on `worker` at `now`, expected to take `expected_s`.
   /// Returns false (and changes nothing) for an unknown worker.

@@ -96,6 +96,13 @@ TEST(Placement, JoinKeepsWarmCandidatesAndTakesNewOnes) {
     EXPECT_EQ(r.front(), w) << c;
   }
   EXPECT_FALSE(moved.empty()) << "no evicted candidate went to its rendezvous choice";
+  // A worker's answer lists what it holds now: an evicted candidate is cold there.
+  const std::string e = before.rbegin()->first, holder = before.rbegin()->second;
+  p.SetWarmSet(holder, {});
+  EXPECT_FALSE(p.IsWarm(holder, e));
+  p.SetWarmSet(holder, {e});
+  EXPECT_TRUE(p.IsWarm(holder, e));
+  EXPECT_EQ(p.Ranking(e).front(), holder);
   // Warm on two workers (a spill): the one ranking higher by rendezvous stays first.
   const std::string c = before.rbegin()->first, owner = before.rbegin()->second;  // still warm
   std::vector<std::string> cold = p.Ranking(c);

@@ -159,6 +159,17 @@ struct PoolBuilder::Impl {
     return h;
   }
 
+  // A worker's answer may carry what it holds warm now (`info.warm`): candidates it evicted
+  // (worker.max_candidates) are no longer warm there for placement.
+  void SyncWarm(const std::string& worker, const nlohmann::json& info) {
+    if (!info.contains("warm") || !info["warm"].is_array()) return;
+    std::set<std::string> warm;
+    for (const auto& w : info["warm"])
+      if (w.is_string()) warm.insert(w.get<std::string>());
+    std::lock_guard<std::mutex> lock(mu);
+    placement.SetWarmSet(worker, warm);
+  }
+
   // The worker's proxy went down: forget the handle, take it out of placement until it
   // answers again.
   void Lost(const std::string& worker) {
@@ -406,6 +417,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     }
     if (at.answered) {
       if (!at.answer.log.empty()) out(at.answer.log);
+      m.SyncWarm(w, at.answer.info);
       res = std::move(at.answer.build);
       if (res.status.ok()) {
         std::lock_guard<std::mutex> lock(m.mu);

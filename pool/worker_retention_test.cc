@@ -21,8 +21,8 @@ TEST(WorkerRetention, OverTheTotalTheLeastRecentlyBuiltGoFirst) {
 
 TEST(WorkerRetention, ADomainOverItsLimitGivesItsOwnOldestNotOtherDomains) {
   // d holds 3 (limit 2); e's older candidate stays: the total (4) is within 4.
-  auto plan = PlanEviction(
-      {C("d", "d1", 10), C("d", "d2", 20), C("d", "d3", 30), C("e", "e1", 1)}, {4, 2});
+  auto plan =
+      PlanEviction({C("d", "d1", 10), C("d", "d2", 20), C("d", "d3", 30), C("e", "e1", 1)}, {4, 2});
   EXPECT_EQ(plan, (std::vector<std::string>{"d/d1"}));
 }
 
