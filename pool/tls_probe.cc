@@ -63,6 +63,12 @@ std::string LastSslReason() {
   return r ? r : "no reason given";
 }
 
+std::string RefusedUs(const std::string& reason) {
+  return "it refused this scheduler's certificate (" + reason +
+         "): its worker.tls.scheduler_ca must be the CA that signed "
+         "scheduler.worker_tls.certificate";
+}
+
 }  // namespace
 
 Status ProbeWorkerTls(const PoolTlsConfig& tls, const std::string& host, uint16_t port,
@@ -86,6 +92,7 @@ Status ProbeWorkerTls(const PoolTlsConfig& tls, const std::string& host, uint16_
   if (fd < 0) return Status::Unavailable(why);
   std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
   Status st;
+  char peek = 0;
   if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
     st = Status::Unavailable("no TLS session (" + LastSslReason() + ")");
   } else if (SSL_connect(ssl.get()) != 1) {
@@ -96,14 +103,19 @@ Status ProbeWorkerTls(const PoolTlsConfig& tls, const std::string& host, uint16_
               "its certificate is not signed by the CA in scheduler.worker_tls.worker_ca (") +
           X509_verify_cert_error_string(v) + ")");
     } else if (std::string r = LastSslReason(); r.find("alert") != std::string::npos) {
-      st = Status::Unavailable("it refused this scheduler's certificate (" + r +
-                               "): its worker.tls.scheduler_ca must be the CA that signed "
-                               "scheduler.worker_tls.certificate");
+      st = Status::Unavailable(RefusedUs(r));
     } else if (ERR_peek_last_error() == 0) {
       st = Status::Unavailable("it closed the connection during the TLS handshake");
     } else {
       st = Status::Unavailable("the TLS handshake failed (" + r + ")");
     }
+  } else if (SSL_version(ssl.get()) == TLS1_3_VERSION && SSL_peek(ssl.get(), &peek, 1) <= 0 &&
+             SSL_get_error(ssl.get(), 0) == SSL_ERROR_SSL) {
+    // Under TLS 1.3 the worker checks this scheduler's certificate after the client's side of
+    // the handshake ended: its refusal is an alert on the first read. (CAF's protocol starts
+    // with the worker's side, so an accepted connection has bytes to peek; a read that times
+    // out proves nothing either way and counts as accepted.)
+    st = Status::Unavailable(RefusedUs(LastSslReason()));
   } else {
     SSL_shutdown(ssl.get());  // close_notify: the worker sees a clean close, not an error
   }

@@ -7,7 +7,7 @@ layered builds pushed to the real registry (tests/integration/pool_fixture.py).
 Checks:
   - a worker whose certificate is not signed by the CA kiln trusts (scheduler.worker_tls.
     worker_ca) never gets a build, and kiln says why in its log and in /readyz (no host path,
-    no key material);
+    no key material); nor does one that refuses kiln's certificate (another scheduler_ca);
   - a worker added to the Service later takes new candidates, while candidates built before
     keep their worker;
   - a worker whose endpoint is not ready gets no new build; ready again, it gets its own back;
@@ -105,23 +105,28 @@ def main():
     fx.start_registry()
     fx.pki(["w1", "w2", "w3"])
     fx.cert("rogue", "rogue-ca")  # a worker certificate from a CA kiln does not trust
+    fx.cert("picky", "worker-ca")  # trusted by kiln, but it trusts another CA than kiln's
     # The rogue worker trusts the scheduler (it would take builds): only kiln's check stops it.
     ports = {w: fx.start_worker(w) for w in ("w1", "w2", "w3", "rogue")}
+    ports["picky"] = fx.start_worker("picky", worker={"tls": {
+        "certificate": f"{fx.pki_dir}/picky.crt", "key": f"{fx.pki_dir}/picky.key",
+        "scheduler_ca": f"{fx.pki_dir}/rogue-ca.crt"}})
     api = FakeApi()
-    for w in ("w1", "w2", "rogue"):
+    for w in ("w1", "w2", "rogue", "picky"):
         api.put_worker(w, ports[w])
     fx.start_serve(fx.serve_config(scheduler={"worker_service": {
         "service": SERVICE, "namespace": NS, "port_name": "kiln-worker",
         "kubeconfig": api.kubeconfig}}))
-    ok(wait_log("3 worker(s) from the EndpointSlices, 3 ready", 0, "the listed workers"),
-       "kiln lists the Service's three workers")
+    ok(wait_log("4 worker(s) from the EndpointSlices, 4 ready", 0, "the listed workers"),
+       "kiln lists the Service's four workers")
     mcp = fx.mcp()
 
     # 1. The rogue worker never gets a build; kiln says why.
     first = build_all(mcp, [f"c{i}" for i in range(1, 9)], "v1")
-    ok("rogue" not in first.values() and None not in first.values(),
-       f"no build ran on the worker with the untrusted certificate: {first}")
-    ok("worker: build" not in fx.log("rogue"), "the rogue worker's log shows no build")
+    ok("rogue" not in first.values() and "picky" not in first.values() and
+       None not in first.values(), f"no build ran on the workers whose TLS does not fit: {first}")
+    ok("worker: build" not in fx.log("rogue") + fx.log("picky"),
+       "the rogue and picky workers' logs show no build")
     ok(len(set(first.values())) == 2, f"the builds spread over w1 and w2: {first}")
     log = fx.log()
     refusal = [l for l in log.splitlines() if "rogue" in l and "certificate" in l]
@@ -136,7 +141,7 @@ def main():
                 f"http://127.0.0.1:{fx.port}/readyz", timeout=5).read())
         except urllib.error.HTTPError as e:
             ready = json.loads(e.read())
-        if "rogue" in json.dumps(ready):
+        if "rogue" in json.dumps(ready) and "picky" in json.dumps(ready):
             break
         time.sleep(0.2)
     detail = json.dumps(ready)
@@ -144,6 +149,10 @@ def main():
        and fx.T not in detail and "BEGIN" not in detail,
        f"/readyz names the refused worker and why, without a path: {detail[:600]}")
     ok(ready.get("ready") is True, "a pool with answering workers stays ready")
+    # Found when placement or the readiness check (above) first connects to it.
+    picky = [l for l in fx.log().splitlines() if "worker picky" in l]
+    ok(picky and "it refused this scheduler's certificate" in picky[0] and fx.T not in picky[0],
+       f"kiln's log says the picky worker refuses kiln's certificate: {picky[:1]}")
     # Before the TLS probe, each refused handshake left its error on CAF's network thread,
     # where it dropped the connection of a build running on a healthy worker.
     ok("dropped during" not in fx.log(), "no healthy worker's connection dropped")
@@ -151,10 +160,11 @@ def main():
     # 2. A worker added: it takes new candidates; candidates built before keep their worker.
     mark = len(fx.log())
     api.put_worker("w3", ports["w3"])
-    wait_log("4 worker(s) from the EndpointSlices, 4 ready", mark, "the added worker")
+    wait_log("5 worker(s) from the EndpointSlices, 5 ready", mark, "the added worker")
     fresh = build_all(mcp, [f"n{i}" for i in range(1, 9)], "v1")
     ok("w3" in fresh.values(), f"the added worker takes new candidates: {fresh}")
-    ok("rogue" not in fresh.values(), "still nothing on the rogue worker")
+    ok("rogue" not in fresh.values() and "picky" not in fresh.values(),
+       "still nothing on the rogue and picky workers")
     again = build_all(mcp, list(first), "v2")
     ok(again == first, f"candidates built before keep their worker: {again} (was {first})")
 
@@ -164,13 +174,13 @@ def main():
     moved_away, stayed = w1_all[:2], w1_all[2:]
     mark = len(fx.log())
     api.put_worker("w1", ports["w1"], ready=False)
-    wait_log("4 worker(s) from the EndpointSlices, 3 ready", mark, "w1 not ready")
+    wait_log("5 worker(s) from the EndpointSlices, 4 ready", mark, "w1 not ready")
     elsewhere = build_all(mcp, moved_away, "v3")
     ok(moved_away and "w1" not in elsewhere.values() and None not in elsewhere.values(),
        f"w1's candidates build elsewhere while it is not ready: {elsewhere}")
     mark = len(fx.log())
     api.put_worker("w1", ports["w1"], ready=True)
-    wait_log("4 worker(s) from the EndpointSlices, 4 ready", mark, "w1 ready again")
+    wait_log("5 worker(s) from the EndpointSlices, 5 ready", mark, "w1 ready again")
     back = build_all(mcp, stayed, "v4")
     ok(stayed and set(back.values()) == {"w1"},
        f"ready again, w1 gets the candidates only it holds: {back}")
@@ -186,7 +196,7 @@ def main():
                     and not r["watch"] and r["code"] == 200]
     mark = len(fx.log())
     api.control("DELETE", f"/_fake/endpointslices/{NS}/{SERVICE}-w2?compact=true")
-    wait_log("3 worker(s) from the EndpointSlices, 3 ready", mark, "the re-list after 410")
+    wait_log("4 worker(s) from the EndpointSlices, 4 ready", mark, "the re-list after 410")
     lists_after = [r for r in api.requests() if r["path"].endswith("/endpointslices")
                    and not r["watch"] and r["code"] == 200]
     ok(len(lists_after) > len(lists_before),
@@ -197,7 +207,7 @@ def main():
     others = {c: w for c, w in owner.items() if w != "w2"}
     kept = build_all(mcp, list(others)[:4], "v5")
     ok(all(kept[c] == others[c] for c in kept), f"the others keep their worker: {kept}")
-    logs = fx.log() + "".join(fx.log(w) for w in ("w1", "w2", "w3", "rogue"))
+    logs = fx.log() + "".join(fx.log(w) for w in ("w1", "w2", "w3", "rogue", "picky"))
     ok(fx.worker_token not in logs and fx.agent_token not in logs and API_TOKEN not in logs,
        "no credential in kiln's logs")
     ok("PRIVATE KEY" not in logs, "no key material in kiln's logs")
