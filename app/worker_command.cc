@@ -1,5 +1,6 @@
 #include "app/worker_command.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -265,6 +266,8 @@ class WorkerCore {
       }
     }
     if (r.op == "build") {
+      // The directory's mtime is the last build for a restarted worker's retention.
+      ::utimensat(AT_FDCWD, CandidateDir(r.domain, r.candidate).c_str(), nullptr, 0);
       Prune();
       a.info = Info();  // the scheduler's placement learns what is warm here now
     }
@@ -301,8 +304,7 @@ class WorkerCore {
         awaiting_push_.erase(ck);
       }
       const size_t slash = ck.find('/');
-      const fs::path dir = fs::path(site_->server.state_dir) / "worker" / "domains" /
-                           ck.substr(0, slash) / "candidates" / ck.substr(slash + 1);
+      const fs::path dir = CandidateDir(ck.substr(0, slash), ck.substr(slash + 1));
       std::error_code ec;
       fs::remove_all(dir, ec);
       if (ec) {
@@ -317,6 +319,12 @@ class WorkerCore {
   }
 
  private:
+  // <state_dir>/worker/domains/<d>/candidates/<c>: the candidate's repository, workspace and
+  // build storage.
+  std::string CandidateDir(const std::string& domain, const std::string& candidate) const {
+    return site_->server.state_dir + "/worker/domains/" + domain + "/candidates/" + candidate;
+  }
+
   std::shared_ptr<std::mutex> CandidateLock(const std::string& ck) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& m = candidate_locks_[ck];
@@ -346,7 +354,7 @@ class WorkerCore {
                                      FormatConfigProblem(problems.front()));
     const DomainConfig& dc = parsed.domains.at(r.domain);
     const std::string root = site_->server.state_dir + "/worker/domains/" + r.domain;
-    const std::string cdir = root + "/candidates/" + r.candidate;
+    const std::string cdir = CandidateDir(r.domain, r.candidate);
     job->build_id = r.build_id;
     job->domain = r.domain;
     job->candidate = r.candidate;
@@ -418,9 +426,7 @@ class WorkerCore {
     RegistryDeadlineScope registry_deadline(deadline, words);
     GitDeadlineScope git_deadline(deadline, words);
     std::unique_ptr<GitRepo> repo;
-    Status st = GitRepo::Open(site_->server.state_dir + "/worker/domains/" + r.domain +
-                                  "/candidates/" + r.candidate + "/repo.git",
-                              &repo);
+    Status st = GitRepo::Open(CandidateDir(r.domain, r.candidate) + "/repo.git", &repo);
     if (st.ok()) st = Fetch(*repo, r, &a->log);
     CheckoutStats cs;
     if (st.ok()) st = Checkout::Update(*repo, r.commit, job.source_dir, &cs);

@@ -5,9 +5,9 @@
 Checks: after a third candidate is built, the least recently built one's repository, workspace
 and build storage are gone from the worker (and its log says so); its next build succeeds and
 the scheduler placed it as cold (the worker no longer advertises it warm); a candidate still
-kept builds warm.
+kept builds warm; a restarted worker keeps evicting the least recently built.
 
-  tests/integration/pool_prune_test.py path/to/kiln    (root; registry port 5353, kiln 18353)
+  tests/integration/pool_prune_test.py path/to/kiln    (root; registry port 5353, kiln 18353, worker 18357)
 """
 import os, sys
 
@@ -21,7 +21,9 @@ ok = fx.ok
 def main():
     fx.start_registry()
     fx.pki(["w1"])
-    port = fx.start_worker("w1", worker={"max_candidates": 2, "max_candidates_per_domain": 2})
+    wcfg = {"max_candidates": 2, "max_candidates_per_domain": 2,
+            "listen": f"127.0.0.1:{fx.port + 4}"}  # fixed: the worker is restarted below
+    port = fx.start_worker("w1", worker=wcfg)
     fx.start_serve(fx.serve_config(workers=[f"127.0.0.1:{port}"], parallel=1))
     mcp = fx.mcp()
     cdir = f"{fx.T}/w1/state/worker/domains/d/candidates"
@@ -46,6 +48,15 @@ def main():
     log = build("p3", "v2")
     ok("(warm)" in log, "a kept candidate still builds warm")
     ok(sorted(os.listdir(cdir)) == ["p1", "p3"], "nothing evicted under the limit")
+
+    # A restarted worker takes each candidate directory's mtime as its last build: p1 (built
+    # before p3's last build) is the one to go when p4 comes.
+    fx.procs["w1"].kill()
+    fx.procs["w1"].wait()
+    fx.start_worker("w1", worker=wcfg)
+    build("p4", "v1")
+    ok(sorted(os.listdir(cdir)) == ["p3", "p4"],
+       f"after a restart the least recently built went: {sorted(os.listdir(cdir))}")
 
 
 try:
