@@ -49,6 +49,7 @@ struct Runtime::Impl {
   std::vector<std::shared_ptr<void>> keep_alive;  // destroyed last (RuntimeOptions::keep_alive)
   std::shared_ptr<const Config> config;
   std::function<Status(const RegistryConfig&)> probe_registry;
+  std::function<std::string()> builder_detail;
   std::shared_ptr<Builder> builder;  // containerfile mode (or the injected builder)
   std::shared_ptr<Builder> layered;  // layered mode
   std::shared_ptr<BlockingWork> work = std::make_shared<BlockingWork>();
@@ -106,7 +107,10 @@ int64_t Runtime::CollectStorageNow() { return impl_->collector ? impl_->CollectO
 void Runtime::Impl::RefreshReadiness() {
   nlohmann::json checks = nlohmann::json::object();
   Status b = builder->Check();
-  checks["builder"] = {{"ok", b.ok()}, {"detail", b.ok() ? "buildah works" : b.message()}};
+  checks["builder"] = {{"ok", b.ok()},
+                       {"detail", !b.ok()          ? b.message()
+                                  : builder_detail ? builder_detail()
+                                                   : std::string("buildah works")}};
   for (const auto& [name, reg] : config->registries) {
     if (!probe_registry) break;
     Status st = probe_registry(reg);
@@ -133,6 +137,7 @@ Status Runtime::Create(std::shared_ptr<const Config> config, RuntimeOptions opts
   impl->keep_alive = std::move(opts.keep_alive);
   impl->config = config;
   impl->probe_registry = std::move(opts.probe_registry);
+  impl->builder_detail = std::move(opts.builder_detail);
   impl->builder = opts.builder;
   impl->layered = opts.layered ? opts.layered : opts.builder;
   std::error_code ec;

@@ -39,6 +39,9 @@ struct RuntimeOptions {
   DeployerFactory make_deployer;
   /// Readiness probe of a registry for /readyz (unset: registries are not probed).
   std::function<Status(const RegistryConfig&)> probe_registry;
+  /// The /readyz detail of a builder check that passed (unset: "buildah works"); the worker
+  /// pool's says which workers are connected and why the others are not (issue 20).
+  std::function<std::string()> builder_detail;
   /// What the parts above need alive while the Runtime lives (the builders' process runner).
   std::vector<std::shared_ptr<void>> keep_alive;
   bool open_repositories = true;  // false for `kiln build --source` (no git)

@@ -68,6 +68,10 @@ void ComposeRuntime(const std::shared_ptr<const Config>& config, RuntimeOptions*
       if (keep) opts->keep_alive.push_back(std::move(keep));
     }
     opts->layered = opts->builder;
+    if (auto* pb = dynamic_cast<PoolBuilder*>(opts->builder.get())) {
+      std::weak_ptr<Builder> weak = opts->builder;
+      opts->builder_detail = [weak, pb] { return weak.lock() ? pb->Summary() : std::string(); };
+    }
   }
   if (!opts->builder) {  // an injected builder (tests) serves both modes
     std::shared_ptr<ProcessRunner> runner = MakePosixProcessRunner();

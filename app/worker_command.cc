@@ -1,8 +1,10 @@
 #include "app/worker_command.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <caf/actor_system.hpp>
@@ -79,8 +81,9 @@ std::vector<ConfigProblem> LoadWorkerConfig(const std::string& path, WorkerSetti
   } else {
     const json& wk = *it;
     for (auto k = wk.begin(); k != wk.end(); ++k) {
-      static const std::set<std::string> known = {"name", "listen",         "slots",
-                                                  "tls",  "git_token_file", "port_file"};
+      static const std::set<std::string> known = {
+          "name",           "listen",    "slots",          "tls",
+          "git_token_file", "port_file", "max_candidates", "max_candidates_per_domain"};
       if (!known.count(k.key())) bad("worker." + k.key(), "unknown key");
     }
     auto str = [&](const json& o, const char* k, const std::string& p, bool required,
@@ -116,6 +119,19 @@ std::vector<ConfigProblem> LoadWorkerConfig(const std::string& path, WorkerSetti
         bad("worker.slots", "must be an integer 1..256 (builds at once on this worker)");
       } else {
         w->slots = wk["slots"].get<int>();
+      }
+    }
+    for (auto [key, out] :
+         {std::pair<const char*, size_t*>{"max_candidates", &w->retention.max_candidates},
+          {"max_candidates_per_domain", &w->retention.max_candidates_per_domain}}) {
+      if (!wk.contains(key)) continue;
+      if (!wk[key].is_number_integer() || wk[key].get<int64_t>() < 1 ||
+          wk[key].get<int64_t>() > 100000) {
+        bad(std::string("worker.") + key,
+            "must be an integer 1..100000 (candidates whose repository, workspace and build "
+            "storage the worker keeps)");
+      } else {
+        *out = wk[key].get<size_t>();
       }
     }
     auto file = [&](const json& o, const char* k, const std::string& p, std::string* out) {
@@ -173,9 +189,15 @@ class WorkerCore {
     const fs::path domains = fs::path(site_->server.state_dir) / "worker" / "domains";
     for (const auto& d : fs::directory_iterator(domains, ec)) {
       std::error_code ec2;
-      for (const auto& c : fs::directory_iterator(d.path() / "candidates", ec2))
-        if (fs::exists(c.path() / "src", ec2))
-          warm_.insert(d.path().filename().string() + "/" + c.path().filename().string());
+      for (const auto& c : fs::directory_iterator(d.path() / "candidates", ec2)) {
+        const std::string ck = d.path().filename().string() + "/" + c.path().filename().string();
+        if (fs::exists(c.path() / "src", ec2)) warm_.insert(ck);
+        // Retention: the directory's mtime stands for the last build of an earlier run.
+        struct stat sb {};
+        last_built_ms_[ck] = ::stat(c.path().c_str(), &sb) == 0
+                                 ? int64_t{sb.st_mtim.tv_sec} * 1000 + sb.st_mtim.tv_nsec / 1000000
+                                 : 0;
+      }
     }
   }
 
@@ -184,6 +206,13 @@ class WorkerCore {
   json Info() {
     std::lock_guard<std::mutex> lock(mu_);
     return {{"slots", s_.slots}, {"running", running_}, {"warm", warm_}};
+  }
+
+  // A build or push of `ck` was admitted (it waits for a thread, then Run): from now until
+  // Run ends, the candidate is not evicted.
+  void Queued(const std::string& ck) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++active_[ck];
   }
 
   std::shared_ptr<CancelToken> Register(const std::string& build_id) {
@@ -210,11 +239,12 @@ class WorkerCore {
     a.op = r.op;
     a.build_id = r.build_id;
     a.worker = s_.name;
+    const std::string ck = r.domain + "/" + r.candidate;
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++running_;
     }
-    std::shared_ptr<std::mutex> cand = CandidateLock(r.domain + "/" + r.candidate);
+    std::shared_ptr<std::mutex> cand = CandidateLock(ck);
     {
       std::lock_guard<std::mutex> one_at_a_time(*cand);
       if (r.op == "build") {
@@ -223,13 +253,78 @@ class WorkerCore {
         Push(r, cancel, &a);
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    --running_;
-    cancels_.erase(r.build_id);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      if (--active_[ck] == 0) active_.erase(ck);
+      cancels_.erase(r.build_id);
+      if (r.op == "build") {
+        last_built_ms_[ck] = WireNowMs();
+        if (a.build.status.ok()) awaiting_push_[ck] = WireNowMs();
+      } else {
+        awaiting_push_.erase(ck);
+      }
+    }
+    if (r.op == "build") {
+      // The directory's mtime is the last build for a restarted worker's retention.
+      ::utimensat(AT_FDCWD, CandidateDir(r.domain, r.candidate).c_str(), nullptr, 0);
+      Prune();
+      a.info = Info();  // the scheduler's placement learns what is warm here now
+    }
     return a;
   }
 
+  // Evicts the candidates WorkerRetention picks (worker.max_candidates[_per_domain]): their
+  // repository, workspace and build storage go, and they are no longer advertised warm. A
+  // candidate with a build or push running or waiting, or built and not pushed yet (for
+  // kAwaitPushMs), stays.
+  void Prune() {
+    static constexpr int64_t kAwaitPushMs = 30 * 60 * 1000;
+    std::vector<RetainedCandidate> kept;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int64_t now = WireNowMs();
+      for (const auto& [ck, t] : last_built_ms_) {
+        const size_t slash = ck.find('/');
+        auto push = awaiting_push_.find(ck);
+        bool busy = active_.count(ck) > 0 ||
+                    (push != awaiting_push_.end() && now - push->second < kAwaitPushMs);
+        kept.push_back({ck.substr(0, slash), ck.substr(slash + 1), t, busy});
+      }
+    }
+    for (const std::string& ck : PlanEviction(std::move(kept), s_.retention)) {
+      std::shared_ptr<std::mutex> cand = CandidateLock(ck);
+      std::unique_lock<std::mutex> one_at_a_time(*cand, std::try_to_lock);
+      if (!one_at_a_time.owns_lock()) continue;  // a build of it just started
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (active_.count(ck)) continue;
+        warm_.erase(ck);
+        last_built_ms_.erase(ck);
+        awaiting_push_.erase(ck);
+      }
+      const size_t slash = ck.find('/');
+      const fs::path dir = CandidateDir(ck.substr(0, slash), ck.substr(slash + 1));
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      if (ec) {
+        spdlog::warn("worker: evicting candidate {}: {}", ck, ec.message());
+      } else {
+        spdlog::info(
+            "worker: evicted candidate {} (least recently built; worker.max_candidates {}, per "
+            "domain {})",
+            ck, s_.retention.max_candidates, s_.retention.max_candidates_per_domain);
+      }
+    }
+  }
+
  private:
+  // <state_dir>/worker/domains/<d>/candidates/<c>: the candidate's repository, workspace and
+  // build storage.
+  std::string CandidateDir(const std::string& domain, const std::string& candidate) const {
+    return site_->server.state_dir + "/worker/domains/" + domain + "/candidates/" + candidate;
+  }
+
   std::shared_ptr<std::mutex> CandidateLock(const std::string& ck) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& m = candidate_locks_[ck];
@@ -259,7 +354,7 @@ class WorkerCore {
                                      FormatConfigProblem(problems.front()));
     const DomainConfig& dc = parsed.domains.at(r.domain);
     const std::string root = site_->server.state_dir + "/worker/domains/" + r.domain;
-    const std::string cdir = root + "/candidates/" + r.candidate;
+    const std::string cdir = CandidateDir(r.domain, r.candidate);
     job->build_id = r.build_id;
     job->domain = r.domain;
     job->candidate = r.candidate;
@@ -331,9 +426,7 @@ class WorkerCore {
     RegistryDeadlineScope registry_deadline(deadline, words);
     GitDeadlineScope git_deadline(deadline, words);
     std::unique_ptr<GitRepo> repo;
-    Status st = GitRepo::Open(site_->server.state_dir + "/worker/domains/" + r.domain +
-                                  "/candidates/" + r.candidate + "/repo.git",
-                              &repo);
+    Status st = GitRepo::Open(CandidateDir(r.domain, r.candidate) + "/repo.git", &repo);
     if (st.ok()) st = Fetch(*repo, r, &a->log);
     CheckoutStats cs;
     if (st.ok()) st = Checkout::Update(*repo, r.commit, job.source_dir, &cs);
@@ -392,6 +485,9 @@ class WorkerCore {
   std::mutex mu_;
   int running_ = 0;  // builds and pushes running now (not those waiting for a thread)
   std::set<std::string> warm_;
+  std::map<std::string, int> active_;             // candidate -> builds/pushes running or waiting
+  std::map<std::string, int64_t> last_built_ms_;  // candidate -> unix ms of its last build
+  std::map<std::string, int64_t> awaiting_push_;  // candidate -> when its image was built
   std::map<std::string, std::shared_ptr<CancelToken>> cancels_;
   std::map<std::string, std::shared_ptr<std::mutex>> candidate_locks_;
   // Last: destroyed first. Their threads keep the pools' shared state and the closures keep
@@ -538,6 +634,7 @@ remote_builder_actor::behavior_type Front(remote_builder_actor::stateful_pointer
     st.key_of[job] = key;
     st.running[key] = job;
     auto cancel = core->Register(r.build_id);
+    core->Queued(r.domain + "/" + r.candidate);
     caf::actor me = caf::actor_cast<caf::actor>(self);
     spdlog::info("worker: {} {} of {}/{} ({})", r.op, r.build_id, r.domain, r.candidate,
                  r.commit.substr(0, 12));

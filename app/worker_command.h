@@ -25,6 +25,7 @@
 #include "config/config.h"
 #include "config/config_parser.h"
 #include "pool/remote_builder.h"
+#include "pool/worker_retention.h"
 
 namespace kiln {
 
@@ -37,6 +38,9 @@ struct WorkerSettings {
   std::string git_token_file;  // worker.git_token_file: read credential of the git endpoint
   std::string port_file;       // worker.port_file: the bound port is written here ("": none)
   std::string config_dir;      // relative paths of the config file resolve against it
+  /// worker.max_candidates / worker.max_candidates_per_domain: candidates kept (repository,
+  /// workspace, build storage); past them the least recently built go (WorkerRetention).
+  RetentionLimits retention;
 };
 
 /// Reads and validates a worker config. Every problem is returned as `path: reason`;

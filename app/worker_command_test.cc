@@ -63,6 +63,27 @@ TEST_F(WorkerConfigTest, ValidConfigLoads) {
   EXPECT_EQ(w.listen_port, 0);
 }
 
+TEST_F(WorkerConfigTest, RetentionLimitsHaveDefaultsAndAreChecked) {
+  WorkerSettings w;
+  ASSERT_TRUE(Load(Valid(), &w).empty());
+  EXPECT_EQ(w.retention.max_candidates, 128u);
+  EXPECT_EQ(w.retention.max_candidates_per_domain, 64u);
+  json j = Valid();
+  j["worker"]["max_candidates"] = 5;
+  j["worker"]["max_candidates_per_domain"] = 2;
+  WorkerSettings w2;
+  ASSERT_TRUE(Load(j, &w2).empty());
+  EXPECT_EQ(w2.retention.max_candidates, 5u);
+  EXPECT_EQ(w2.retention.max_candidates_per_domain, 2u);
+  j["worker"]["max_candidates"] = 0;
+  j["worker"]["max_candidates_per_domain"] = "many";
+  WorkerSettings w3;
+  auto ps = Load(j, &w3);
+  EXPECT_EQ(Paths(ps), "worker.max_candidates;worker.max_candidates_per_domain;");
+  ASSERT_FALSE(ps.empty());
+  EXPECT_NE(ps[0].reason.find("1..100000"), std::string::npos) << ps[0].reason;
+}
+
 TEST_F(WorkerConfigTest, EveryProblemIsNamed) {
   json j = Valid();
   j["worker"]["listen"] = "nohost";

@@ -150,9 +150,10 @@ std::string RemoteBuildAnswerToText(const RemoteBuildAnswer& a) {
     j["digest"] = a.push.digest;
     j["ref"] = a.push.ref;
     j["elapsed_ms"] = a.push.elapsed_ms;
-  } else {
-    j["info"] = a.info;
   }
+  // op info; a build's answer carries what the worker holds warm after it (it may have evicted
+  // candidates).
+  if ((a.op != "build" && a.op != "push") || !a.info.empty()) j["info"] = a.info;
   return j.dump();
 }
 
@@ -180,9 +181,8 @@ Status RemoteBuildAnswerFromText(const std::string& text, RemoteBuildAnswer* out
       a.push.digest = j.value("digest", std::string());
       a.push.ref = j.value("ref", std::string());
       a.push.elapsed_ms = j.value("elapsed_ms", int64_t{0});
-    } else {
-      a.info = j.value("info", json::object());
     }
+    a.info = j.value("info", json::object());
   } catch (const json::exception& e) {
     return Status::Internal(std::string("the worker's answer is malformed: ") + e.what());
   }

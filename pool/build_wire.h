@@ -53,7 +53,8 @@ struct RemoteBuildAnswer {
   BuildResult build;  // op build
   PushResult push;    // op push, upload_blobs
   std::string log;    // op build/push: everything the worker printed for this build
-  nlohmann::json info = nlohmann::json::object();  // op info: {"slots", "running", "warm"}
+  // op info: {"slots", "running", "warm"}; a build's answer: the same after that build
+  nlohmann::json info = nlohmann::json::object();
   /// op build/push: the worker was full and did not start it (its status says so); the
   /// scheduler places the build elsewhere or asks again, without counting a retry.
   bool busy = false;

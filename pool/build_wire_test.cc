@@ -171,5 +171,20 @@ TEST(BuildWire, AnswersRoundTripWithStatusCodes) {
   EXPECT_EQ(StatusFromWire(99, "x").code(), Status::Code::kInternal);
 }
 
+// A build's answer carries what the worker holds warm after it (evicted candidates gone), so
+// the scheduler's placement stops counting them warm.
+TEST(BuildWire, BuildAnswerCarriesTheWarmCandidates) {
+  RemoteBuildAnswer a;
+  a.op = "build";
+  a.build_id = "b-1";
+  a.info = {{"slots", 1}, {"warm", {"d/p2", "d/p3"}}};
+  RemoteBuildAnswer back;
+  ASSERT_TRUE(RemoteBuildAnswerFromText(RemoteBuildAnswerToText(a), &back).ok());
+  EXPECT_EQ(back.info["warm"], nlohmann::json({"d/p2", "d/p3"}));
+  a.info = nlohmann::json::object();  // an older worker's answer: no info, nothing to sync
+  ASSERT_TRUE(RemoteBuildAnswerFromText(RemoteBuildAnswerToText(a), &back).ok());
+  EXPECT_FALSE(back.info.contains("warm"));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace kiln {
 
@@ -67,31 +68,27 @@ void Placement::SetReady(const std::string& id, bool ready, double now) {
 }
 
 std::vector<std::string> Placement::Ranking(const std::string& candidate) const {
-  std::vector<std::pair<double, const std::string*>> scored;
+  // Workers holding the candidate warm first, each group in rendezvous order.
+  std::vector<std::tuple<bool, double, const std::string*>> scored;
   for (const auto& [id, w] : workers_) {
-    if (w.ready) scored.emplace_back(Score(id, w.slots, candidate), &id);
+    if (w.ready)
+      scored.emplace_back(w.warm.count(candidate) > 0, Score(id, w.slots, candidate), &id);
   }
   std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : *a.second < *b.second;
+    if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a);
+    return std::get<1>(a) != std::get<1>(b) ? std::get<1>(a) > std::get<1>(b)
+                                            : *std::get<2>(a) < *std::get<2>(b);
   });
   std::vector<std::string> out;
   out.reserve(scored.size());
-  for (const auto& s : scored) out.push_back(*s.second);
+  for (const auto& s : scored) out.push_back(*std::get<2>(s));
   return out;
 }
 
 std::optional<std::string> Placement::Preferred(const std::string& candidate) const {
-  std::optional<std::string> best;
-  double best_score = -1;
-  for (const auto& [id, w] : workers_) {
-    if (!w.ready) continue;
-    double s = Score(id, w.slots, candidate);
-    if (!best || s > best_score) {  // map order: ties go to the smaller id, as in Ranking
-      best = id;
-      best_score = s;
-    }
-  }
-  return best;
+  const std::vector<std::string>& ranking = CachedRanking(candidate);
+  if (ranking.empty()) return std::nullopt;
+  return ranking.front();
 }
 
 const std::vector<std::string>& Placement::CachedRanking(const std::string& candidate) const {
@@ -164,11 +161,19 @@ std::optional<std::string> Placement::BestFree(const std::string& candidate) con
 void Placement::SetWarm(const std::string& worker, const std::string& candidate, bool warm) {
   auto it = workers_.find(worker);
   if (it == workers_.end()) return;
-  if (warm) {
-    it->second.warm.insert(candidate);
-  } else {
-    it->second.warm.erase(candidate);
-  }
+  bool changed =
+      warm ? it->second.warm.insert(candidate).second : it->second.warm.erase(candidate) > 0;
+  if (changed) rank_cache_.erase(candidate);  // warm workers rank first
+}
+
+void Placement::SetWarmSet(const std::string& worker, const std::set<std::string>& warm) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return;
+  for (const std::string& c : it->second.warm)
+    if (!warm.count(c)) rank_cache_.erase(c);
+  for (const std::string& c : warm)
+    if (!it->second.warm.count(c)) rank_cache_.erase(c);
+  it->second.warm = warm;
 }
 
 bool Placement::IsWarm(const std::string& worker, const std::string& candidate) const {

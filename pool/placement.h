@@ -4,11 +4,13 @@
 // Not thread-safe: owned by the scheduler (or the simulation), like SchedulerCore.
 //
 // Policy (docs/architecture.md, "Worker pool"):
-// - Affinity: each candidate prefers one worker, chosen by weighted rendezvous hashing of
-//   (worker id, candidate) over the *ready* workers, weighted by slots. The candidate's warm
-//   workspace, compiler cache and base store live there. A worker joining takes only the
-//   candidates for which it now scores highest (about slots/total of them); a worker leaving
-//   gives away only its own candidates, each to its next-ranked worker. Nothing else moves.
+// - Affinity: each candidate prefers one worker: the ready workers holding it warm (SetWarm)
+//   come first, each group in weighted rendezvous order of (worker id, candidate), weighted by
+//   slots. The candidate's warm workspace, compiler cache and base store live there. So a
+//   worker joining takes new candidates (those it scores highest for, about slots/total of
+//   them) while candidates already warm elsewhere stay (issue 20); a worker leaving, or
+//   evicting a candidate (no longer advertised warm), gives away only those candidates, each
+//   to its next-ranked worker. Nothing else moves.
 // - Spill: when the preferred worker has no free slot, the build waits for it unless waiting
 //   is expected to cost more than a cold build elsewhere: expected wait (the earliest expected
 //   end of the preferred worker's running builds, from the measured warm/cold means of
@@ -69,7 +71,7 @@ class Placement {
   /// A not-ready worker keeps its running builds but takes no new ones and owns no candidates.
   void SetReady(const std::string& id, bool ready, double now);
 
-  /// Ready workers of `candidate`, most preferred first (rendezvous order).
+  /// Ready workers of `candidate`, most preferred first (warm ones first, rendezvous order).
   std::vector<std::string> Ranking(const std::string& candidate) const;
   /// The preferred ready worker; nullopt when no worker is ready.
   std::optional<std::string> Preferred(const std::string& candidate) const;
@@ -91,6 +93,9 @@ class Placement {
   /// The worker advertises (or stops advertising) `candidate` as warm. Unknown workers: ignored.
   void SetWarm(const std::string& worker, const std::string& candidate, bool warm);
   bool IsWarm(const std::string& worker, const std::string& candidate) const;
+  /// Replaces what `worker` advertises warm (its answer after a build: it may have evicted
+  /// candidates). Unknown workers: ignored.
+  void SetWarmSet(const std::string& worker, const std::set<std::string>& warm);
 
   /// A build of `candidate` started on `worker` at `now`, expected to take `expected_s`.
   /// Returns false (and changes nothing) for an unknown worker.

@@ -73,6 +73,44 @@ TEST(Placement, JoinMovesOnlyItsShareToTheNewWorker) {
   EXPECT_LT(moved, 5000 / 11 + 150);
 }
 
+// Issue 20: a worker added takes new candidates; those already warm on a worker stay there,
+// and one no longer advertised warm (evicted by its worker) is placed by rendezvous again.
+TEST(Placement, JoinKeepsWarmCandidatesAndTakesNewOnes) {
+  Placement p = PoolOf(10);
+  auto before = Owners(p, 2000);
+  for (const auto& [c, w] : before) p.SetWarm(w, c, true);
+  p.AddWorker("w10", 2, 5);
+  EXPECT_EQ(Owners(p, 2000), before) << "a warm candidate moved to the new worker";
+  int fresh_on_new = 0;
+  for (int i = 0; i < 2000; ++i)
+    fresh_on_new += *p.Preferred("new-" + std::to_string(i)) == "w10" ? 1 : 0;
+  EXPECT_GT(fresh_on_new, 2000 / 11 - 80);
+  EXPECT_LT(fresh_on_new, 2000 / 11 + 80);
+  // Evicted on its worker: ranked by rendezvous alone again (the new worker for some).
+  std::string moved;
+  for (const auto& [c, w] : before) {
+    p.SetWarm(w, c, false);
+    std::vector<std::string> r = p.Ranking(c);
+    if (r.front() == "w10") moved = c;
+    if (!moved.empty()) break;
+    EXPECT_EQ(r.front(), w) << c;
+  }
+  EXPECT_FALSE(moved.empty()) << "no evicted candidate went to its rendezvous choice";
+  // A worker's answer lists what it holds now: an evicted candidate is cold there.
+  const std::string e = before.rbegin()->first, holder = before.rbegin()->second;
+  p.SetWarmSet(holder, {});
+  EXPECT_FALSE(p.IsWarm(holder, e));
+  p.SetWarmSet(holder, {e});
+  EXPECT_TRUE(p.IsWarm(holder, e));
+  EXPECT_EQ(p.Ranking(e).front(), holder);
+  // Warm on two workers (a spill): the one ranking higher by rendezvous stays first.
+  const std::string c = before.rbegin()->first, owner = before.rbegin()->second;  // still warm
+  std::vector<std::string> cold = p.Ranking(c);
+  p.SetWarm(cold.back(), c, true);
+  EXPECT_EQ(p.Ranking(c).front(), owner);
+  EXPECT_EQ(p.Ranking(c)[1], cold.back());
+}
+
 TEST(Placement, LeaveMovesOnlyTheLeaversCandidatesToTheirSecondChoice) {
   Placement p = PoolOf(10);
   auto before = Owners(p, 5000);

@@ -16,6 +16,7 @@
 #include "common/file_util.h"
 #include "config/config_parser.h"
 #include "pool/build_wire.h"
+#include "pool/tls_probe.h"
 
 namespace kiln {
 
@@ -59,6 +60,7 @@ struct PoolBuilder::Conn {
   remote_builder_actor dead;
   Clock::time_point retry_at{};
   bool listed_ready = true;  // discovery: the endpoint's ready condition (static: always)
+  std::string last_error;    // why the last connect failed ("" : connected or not tried)
 };
 
 struct PoolBuilder::Impl {
@@ -156,7 +158,17 @@ struct PoolBuilder::Impl {
       if (c.handle) return c.handle;
     }
     remote_builder_actor h;
-    Status st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+    // A worker whose TLS identity does not fit is kept away from CAF (tls_probe.h: a failed
+    // handshake there breaks the network thread's other connections) and the reason is kept.
+    Status st = ProbeWorkerTls(opts.tls, c.host, c.port);
+    if (!st.ok()) {
+      const std::string at = c.host + ":" + std::to_string(c.port);
+      st = Status::Unavailable("worker " + worker + (worker == at ? "" : " at " + at) + ": " +
+                               st.message() + "; no build goes there until that is fixed");
+    } else {
+      st = ConnectRemoteBuilder(sys, c.host, c.port, &h);
+      if (!st.ok()) ClearTransportErrors(sys);
+    }
     auto same = [](const remote_builder_actor& a, const remote_builder_actor& b) {
       return caf::actor_cast<caf::abstract_actor*>(a) == caf::actor_cast<caf::abstract_actor*>(b);
     };
@@ -189,7 +201,9 @@ struct PoolBuilder::Impl {
     if (cit == conns.end()) return remote_builder_actor{};  // removed meanwhile
     Conn& cc = cit->second;
     if (!st.ok()) {
-      spdlog::warn("pool: {}", st.message());
+      // Said once per cause (a refused worker is tried again every connect_retry_ms).
+      if (st.message() != cc.last_error) spdlog::warn("pool: {}", st.message());
+      cc.last_error = st.message();
       cc.retry_at = Clock::now() + std::chrono::milliseconds(opts.connect_retry_ms);
       placement.SetReady(worker, false, Now());
       cv.notify_all();
@@ -197,6 +211,7 @@ struct PoolBuilder::Impl {
     }
     cc.handle = h;
     cc.dead = remote_builder_actor{};
+    cc.last_error.clear();
     size_t slots = info.value("slots", size_t{1});
     placement.AddWorker(worker, slots, Now());
     placement.SetReady(worker, true, Now());
@@ -206,6 +221,17 @@ struct PoolBuilder::Impl {
     spdlog::info("pool: worker {} connected ({} slots)", worker, slots);
     cv.notify_all();
     return h;
+  }
+
+  // A worker's answer may carry what it holds warm now (`info.warm`): candidates it evicted
+  // (worker.max_candidates) are no longer warm there for placement.
+  void SyncWarm(const std::string& worker, const nlohmann::json& info) {
+    if (!info.contains("warm") || !info["warm"].is_array()) return;
+    std::set<std::string> warm;
+    for (const auto& w : info["warm"])
+      if (w.is_string()) warm.insert(w.get<std::string>());
+    std::lock_guard<std::mutex> lock(mu);
+    placement.SetWarmSet(worker, warm);
   }
 
   // The worker's proxy went down: forget the handle, take it out of placement until it
@@ -494,6 +520,7 @@ BuildResult PoolBuilder::Build(const BuildJob& job, const OutputFn& out,
     }
     if (at.answered) {
       if (!at.answer.log.empty()) out(at.answer.log);
+      m.SyncWarm(w, at.answer.info);
       res = std::move(at.answer.build);
       if (res.status.ok()) m.RememberBuilt(job.build_id, w);
       return res;
@@ -660,6 +687,18 @@ Status PoolBuilder::Check() {
   }
   if (any) return Status::Ok();
   return Status::Unavailable("no worker of the pool answers: " + down);
+}
+
+std::string PoolBuilder::Summary() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  size_t connected = 0;
+  std::string refused;
+  for (const auto& [w, c] : impl_->conns) {
+    connected += c.handle ? 1 : 0;
+    if (!c.handle && !c.last_error.empty()) refused += "; " + c.last_error;
+  }
+  return std::to_string(connected) + " of " + std::to_string(impl_->conns.size()) +
+         " worker(s) connected" + refused;
 }
 
 void PoolBuilder::SetMembers(const std::vector<PoolMember>& members) {

@@ -78,6 +78,10 @@ class PoolBuilder : public Builder {
   /// The workers now (id, address, ready as listed), sorted by id.
   std::vector<PoolMember> Members() const;
 
+  /// For /readyz: "N of M worker(s) connected", then each worker that could not be reached
+  /// and why (e.g. its certificate is not signed by scheduler.worker_tls.worker_ca).
+  std::string Summary() const;
+
   /// The worker that ran `build_id` (last attempt), "" when unknown. For tests and logs.
   std::string WorkerOf(const std::string& build_id) const;
 

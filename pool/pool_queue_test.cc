@@ -40,6 +40,9 @@ TEST(PoolQueue, StartsOnPreferredThenParksThenTakesTheFreedSlot) {
 TEST(PoolQueue, ParkedBuildSpillsToAWarmWorkerAtOnce) {
   PoolQueue q = Pool(3, 1);
   auto rank = q.placement().Ranking("d/c");
+  // Warm on its preferred worker and, after an earlier spill, on the third one (a worker
+  // holding it warm ranks before a cold one, so with rank[2] warm alone it would be preferred).
+  q.placement().SetWarm(rank[0], "d/c", true);
   q.placement().SetWarm(rank[2], "d/c", true);
   ASSERT_TRUE(q.Submit("b1", "d", "d/c"));
   q.Dispatch(0);

@@ -22,6 +22,8 @@
 #include <fstream>
 #include <thread>
 
+#include "pool/tls_probe.h"
+
 namespace kiln {
 namespace {
 
@@ -137,6 +139,44 @@ TEST(RemoteBuilder, WorkerWithAnotherCasCertificateIsRefused) {
   caf::actor_system sys(cfg);
   remote_builder_actor h;
   EXPECT_FALSE(ConnectRemoteBuilder(sys, "127.0.0.1", w.port, &h).ok());
+}
+
+// ProbeWorkerTls (issue 20) names each cause in the operator's terms, never a path, and leaves
+// the scheduler's CAF connections alone.
+TEST(RemoteBuilder, TlsProbeNamesEachCause) {
+  Worker good("worker"), rogue("rogue");
+  ASSERT_TRUE(good.status.ok() && rogue.status.ok());
+  const PoolTlsConfig sched = Tls("scheduler", "worker-ca");
+  EXPECT_TRUE(ProbeWorkerTls(sched, "127.0.0.1", good.port).ok());
+
+  Status st = ProbeWorkerTls(sched, "127.0.0.1", rogue.port);
+  EXPECT_NE(st.message().find("its certificate is not signed by the CA in "
+                              "scheduler.worker_tls.worker_ca"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find(g_pki.string()), std::string::npos) << st.message();
+
+  st = ProbeWorkerTls(Tls("rogue", "worker-ca"), "127.0.0.1", good.port);
+  EXPECT_NE(st.message().find("it refused this scheduler's certificate"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("worker.tls.scheduler_ca"), std::string::npos) << st.message();
+
+  uint16_t closed = 0;
+  {
+    Worker gone("worker");
+    closed = gone.port;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its acceptor closes
+  st = ProbeWorkerTls(sched, "127.0.0.1", closed);
+  EXPECT_NE(st.message().find("nothing accepts connections there"), std::string::npos)
+      << st.message();
+
+  // After the refusals, a scheduler's CAF connection to the good worker still works.
+  PoolSystemConfig cfg(sched);
+  caf::actor_system sys(cfg);
+  remote_builder_actor h;
+  ASSERT_TRUE(ConnectRemoteBuilder(sys, "127.0.0.1", good.port, &h).ok());
+  EXPECT_EQ(Ask(sys, h, "{}"), "{\"worker\":\"worker\",\"request\":{}}");
 }
 
 // A worker process (remote_builder_peer) killed with -9 while a build request is open.

@@ -17,7 +17,8 @@ Serves, over HTTPS on 127.0.0.1, the real paths kiln uses:
             BOOKMARK|ERROR, "object": ...} lines, as the API server sends them: events after RV,
             then new ones as they happen, until timeoutSeconds (default 5); a BOOKMARK with the
             current resourceVersion each idle second when bookmarks are allowed; an RV older
-            than the last compaction gets one ERROR event carrying a 410 Expired Status)
+            than the last compaction, at the start or while the watch is open, gets one ERROR
+            event carrying a 410 Expired Status and the watch ends)
 
 Authentication: "Authorization: Bearer <token>" looked up in a tokens file (JSON, re-read on
 every request) or a client certificate signed by the test CA (its CN looked up in the same
@@ -54,10 +55,13 @@ Test control (no auth; the server binds 127.0.0.1 only):
                                (the request is read, no byte is sent back) until then;
                                seconds=0 ends a stall
   GET  /_fake/stats            {"patch_requests": n, "patches_applied": n, "requests": [...]}
+                               (each request: method, path, watch (bool), user, code)
   GET  /_fake/deployments/{ns}/{name}  the stored object, without auth
   POST /_fake/endpointslices   an EndpointSlice object: created (ADDED) or replaced (MODIFIED)
-  DELETE /_fake/endpointslices/{ns}/{name}  deleted (DELETED)
-  POST /_fake/compact          forgets the watch history: older resourceVersions get 410
+  DELETE /_fake/endpointslices/{ns}/{name}[?compact=true]  deleted (DELETED); with compact,
+                               the history is compacted at once, so only a re-list shows it
+  POST /_fake/compact          forgets the watch history: watches from an older resourceVersion,
+                               new or open, get the 410 ERROR event and end
 
 Usage: fake_apiserver.py --cert server.crt --key server.key --ca ca.crt --tokens tokens.json
                          --port 16443 [--port-file F] [--step-ms 100]
@@ -778,7 +782,8 @@ class Handler(BaseHTTPRequestHandler):
         cluster = self.server.cluster
         with cluster.lock:
             cluster.requests.append({"method": self.command, "path": self.path.split("?", 1)[0],
-                                     "user": user, "code": code})
+                                     "watch": "watch=true" in self.path, "user": user,
+                                     "code": code})
             del cluster.requests[:-500]
 
     # -- auth
@@ -1076,13 +1081,16 @@ class Handler(BaseHTTPRequestHandler):
         c = self.server.cluster
         deadline = time.monotonic() + timeout
         try:
-            with c.lock:
-                if since and since < c.compacted_rv:
-                    chunk({"type": "ERROR", "object": status_body(
-                        410, "Expired", "too old resource version: %d (%d)" % (since, c.compacted_rv))})
-                    deadline = 0
             while time.monotonic() < deadline:
                 with c.lock:
+                    # A resourceVersion older than the last compaction: one ERROR event with a
+                    # 410 Expired Status ends the watch, at its start or (etcd's ErrCompacted
+                    # on a watch that had not caught up) while it is open; the client re-lists.
+                    if since and since < c.compacted_rv:
+                        chunk({"type": "ERROR", "object": status_body(
+                            410, "Expired", "too old resource version: %d (%d)"
+                            % (since, c.compacted_rv))})
+                        break
                     todo = [(rv, t, copy.deepcopy(o)) for rv, t, o in c.slice_events
                             if rv > since and o["metadata"].get("namespace") == ns
                             and selector_matches(reqs, o["metadata"].get("labels", {}))]
@@ -1148,6 +1156,8 @@ class Handler(BaseHTTPRequestHandler):
         if m and method == "DELETE":
             with c.lock:
                 found = c.delete_slice(m.group(1), m.group(2))
+                if query.get("compact", [""])[0] in ("true", "1"):
+                    c.compact()  # under the same lock: no watch sees the DELETED event
             return self.send_json(200 if found else 404, {"deleted": found})
         if path == "/_fake/compact" and method == "POST":
             with c.lock:
