@@ -612,6 +612,7 @@ void CandidateBuilds::OnPushed(Record& r, const WorkDone& d, Effects* out) {
   }
   r.snap.timings.push_ms = d.elapsed_ms;
   r.snap.timings.parts["push_ms"] = d.elapsed_ms;
+  for (const auto& [part, ms] : d.parts) r.snap.timings.parts[part] = ms;  // issue 18
   const bool ok = d.status.ok();
   const BuildStatus st = ok ? BuildStatus::kSucceeded : FailedOrCancelled(d.status);
   auto o = MakeOutcome(r, st);

@@ -51,6 +51,7 @@
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
+#include "builder/store_image_pusher.h"  // BaseLayerBlob
 #include "registry/registry_client.h"
 
 namespace kiln {
@@ -109,6 +110,17 @@ class BuildahBuilder : public Builder {
   ProcessSpec SandboxSpec(const BuildJob& job, const BuildUser& user,
                           const std::string& inner_script, bool bases_writable = false) const;
   void RemoveWorkingContainers(const BuildJob& job, const BuildUser& user);
+  /// The fallback export (a store StoreImageReader does not understand): `buildah push <iid>
+  /// oci:<storage>/rootless/oci:img` as the build user.
+  Status Export(const BuildJob& job, const BuildUser& user, const std::string& iid,
+                const CancelToken* cancel);
+  /// The shell function `b` running buildah on the candidate's store (base store beside it).
+  std::string StoreFunction() const;
+  /// The layers of base `repo` at manifest `digest` by diff_id (its config fetched once per
+  /// digest, then cached); empty when the manifest is not an image manifest or the fetch fails.
+  std::map<std::string, BaseLayerBlob> BaseLayers(RegistryClient* client, const std::string& repo,
+                                                  const std::string& manifest,
+                                                  const std::string& digest);
   RegistryClient* Client(const RegistryConfig& reg);
 
   ProcessRunner* runner_;
@@ -116,6 +128,10 @@ class BuildahBuilder : public Builder {
   std::shared_ptr<const Config> site_;
   std::mutex mu_;
   RegistryClients clients_;
+  // Issue 18: base layers the registry holds, by "<repo>@<manifest digest>"; guarded by mu_.
+  std::map<std::string, std::map<std::string, BaseLayerBlob>> base_layers_;
+  // The last build's base layers (by diff_id) per storage_dir, for its Push; guarded by mu_.
+  std::map<std::string, std::map<std::string, BaseLayerBlob>> push_bases_;
 };
 
 }  // namespace kiln

@@ -1,0 +1,335 @@
+// Unit tests of StoreImageReader (builder/store_image.h) and the base-layer map of
+// builder/store_image_pusher.h, on synthetic containers/storage overlay stores written here (no
+// buildah): the image record, the config under its big-data name, the layer chain across two
+// stores, byte-exact tar-split reassembly, and what a hostile build user could plant.
+#include "builder/store_image.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "builder/store_image_pusher.h"
+#include "common/base64.h"
+#include "common/sha256.h"
+
+namespace kiln {
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string Digest(const std::string& s) { return "sha256:" + Sha256Hex(s); }
+
+void Write(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+void WriteGz(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  gzwrite(f, data.data(), static_cast<unsigned>(data.size()));
+  gzclose(f);
+}
+
+json Segment(const std::string& raw) { return {{"type", 2}, {"payload", EncodeBase64(raw)}}; }
+json File(const std::string& name, size_t size) {
+  return {{"type", 1}, {"name", name}, {"size", size}, {"payload", "AAAAAAAAAAA="}};
+}
+
+std::string Lines(const std::vector<json>& entries) {
+  std::string s;
+  for (const json& e : entries) s += e.dump() + "\n";
+  return s;
+}
+
+// One layer: tar-split entries, the files of its diff directory, and the tar they make.
+struct Layer {
+  std::string id;
+  std::vector<json> entries;
+  std::map<std::string, std::string> files;
+  std::string tar;  // what reassembly must give
+};
+
+// Header + contents + padding per file, like a tar (the reader does not parse tar).
+Layer MakeLayer(char c, const std::map<std::string, std::string>& files) {
+  Layer l;
+  l.id = std::string(64, c);
+  for (const auto& [name, data] : files) {
+    const std::string hdr = "HDR:" + name + std::string(8, '\0');
+    l.entries.push_back(Segment(hdr));
+    l.entries.push_back(File(name, data.size()));
+    l.tar += hdr + data;
+    l.files[name] = data;
+  }
+  l.entries.push_back(Segment(std::string(1024, '\0')));
+  l.entries.push_back({{"type", 2}, {"payload", ""}});
+  l.tar += std::string(1024, '\0');
+  return l;
+}
+
+class StoreImageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kiln-store-image-XXXXXX";
+    root_ = ::mkdtemp(tmpl);
+    cand_ = root_ + "/cand";
+    base_ = root_ + "/base";
+    base_layer_ = MakeLayer('a', {{"bin/sh", "base shell"}});
+    app_layer_ = MakeLayer('b', {{"app", std::string(300000, 'x') + "end"}, {"etc/conf", "c=1"}});
+    WriteStore();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void WriteLayerFiles(const std::string& store, const Layer& l) {
+    WriteGz(store + "/overlay-layers/" + l.id + ".tar-split.gz", Lines(l.entries));
+    fs::create_directories(store + "/overlay/" + l.id + "/diff");
+    for (const auto& [name, data] : l.files)
+      Write(store + "/overlay/" + l.id + "/diff/" + name, data);
+  }
+
+  void WriteStore() {
+    // The base store: the bottom layer only. The candidate's: the top layer and the image.
+    WriteLayerFiles(base_, base_layer_);
+    Write(base_ + "/overlay-layers/layers.json",
+          json::array({{{"id", base_layer_.id}, {"diff-digest", Digest(base_layer_.tar)}}}).dump());
+    Write(base_ + "/overlay-images/images.json", "[]");
+    WriteLayerFiles(cand_, app_layer_);
+    Write(cand_ + "/overlay-layers/layers.json",
+          json::array({{{"id", app_layer_.id},
+                        {"parent", base_layer_.id},
+                        {"diff-digest", Digest(app_layer_.tar)}}})
+              .dump());
+    WriteImage({Digest(base_layer_.tar), Digest(app_layer_.tar)});
+  }
+
+  void WriteImage(const std::vector<std::string>& diff_ids) {
+    config_ = json{{"architecture", "amd64"},
+                   {"os", "linux"},
+                   {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}}
+                  .dump();
+    id_ = Sha256Hex(config_);
+    Write(cand_ + "/overlay-images/images.json",
+          json::array({{{"id", std::string(64, 'f')}, {"layer", base_layer_.id}},
+                       {{"id", id_}, {"layer", app_layer_.id}}})
+              .dump());
+    const std::string dir = cand_ + "/overlay-images/" + id_ + "/";
+    Write(dir + "=" + EncodeBase64("sha256:" + id_), config_);
+    Write(dir + "manifest",
+          json{{"annotations", {{"io.kiln.build-key", "k1"}, {"org.example", "v"}}}}.dump());
+  }
+
+  std::string DiffPath(const Layer& l, const std::string& name) {
+    return cand_ + "/overlay/" + l.id + "/diff/" + name;
+  }
+
+  // ReadImage + ReadLayer of the app layer.
+  Status ReadApp(std::string* tar, StoreLimits limits = StoreLimits()) {
+    StoreImageReader reader({cand_, base_}, limits);
+    StoreImage img;
+    Status st = reader.ReadImage(id_, &img);
+    if (!st.ok()) return st;
+    return reader.ReadLayer(img, img.layers.at(1), tar);
+  }
+
+  void ExpectNoHostPath(const Status& st) {
+    EXPECT_EQ(st.message().find(root_), std::string::npos) << st.message();
+  }
+
+  std::string root_, cand_, base_, config_, id_;
+  Layer base_layer_, app_layer_;
+};
+
+TEST_F(StoreImageTest, ReadsTheImageAcrossStoresAndRebuildsEveryLayerByteExactly) {
+  StoreImageReader reader({cand_, base_});
+  StoreImage img;
+  ASSERT_TRUE(reader.ReadImage(id_, &img).ok());
+  EXPECT_EQ(img.config, config_);
+  ASSERT_EQ(img.layers.size(), 2u);
+  EXPECT_EQ(img.layers[0].id, base_layer_.id);
+  EXPECT_EQ(img.layers[0].store, 1u);  // the base store
+  EXPECT_EQ(img.layers[1].id, app_layer_.id);
+  EXPECT_EQ(img.layers[1].store, 0u);
+  EXPECT_EQ(img.annotations.at("io.kiln.build-key"), "k1");
+  EXPECT_EQ(img.annotations.at("org.example"), "v");
+  std::string tar;
+  ASSERT_TRUE(reader.ReadLayer(img, img.layers[0], &tar).ok());
+  EXPECT_EQ(tar, base_layer_.tar);
+  Status st = reader.ReadLayer(img, img.layers[1], &tar);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(tar, app_layer_.tar);
+}
+
+TEST_F(StoreImageTest, ReassemblyTakesSegmentsVerbatimAndFilesByCleanedName) {
+  std::vector<std::pair<std::string, uint64_t>> asked;
+  auto file = [&](const std::string& name, uint64_t size, std::string* tar) {
+    asked.emplace_back(name, size);
+    tar->append(size, 'F');
+    return Status::Ok();
+  };
+  const std::string text =
+      Lines({Segment("H1"), File("./a//b", 2), File("dir/", 0), Segment("P"), File("/c", 1)});
+  std::string tar;
+  ASSERT_TRUE(ReassembleTarSplit(text, file, StoreLimits(), &tar).ok());
+  EXPECT_EQ(tar, "H1FFPF");
+  ASSERT_EQ(asked.size(), 2u);  // a size-0 entry (a directory) reads nothing
+  EXPECT_EQ(asked[0].first, "a/b");
+  EXPECT_EQ(asked[1].first, "c");
+}
+
+TEST_F(StoreImageTest, ConfigThatIsNotTheImageIdIsRefused) {
+  Write(cand_ + "/overlay-images/" + id_ + "/=" + EncodeBase64("sha256:" + id_), config_ + " ");
+  StoreImageReader reader({cand_, base_});
+  StoreImage img;
+  Status st = reader.ReadImage(id_, &img);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_NE(st.message().find("image " + id_.substr(0, 12)), std::string::npos);
+  ExpectNoHostPath(st);
+}
+
+TEST_F(StoreImageTest, LayerChainThatIsNotTheConfigsFallsBack) {
+  WriteImage({Digest(base_layer_.tar), Digest("something else")});
+  StoreImageReader reader({cand_, base_});
+  StoreImage img;
+  EXPECT_EQ(reader.ReadImage(id_, &img).code(), Status::Code::kFailedPrecondition);
+}
+
+TEST_F(StoreImageTest, ChangedFileContentsDoNotMatchTheDiffId) {
+  Write(DiffPath(app_layer_, "etc/conf"), "c=2");  // same size, other bytes
+  std::string tar;
+  Status st = ReadApp(&tar);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_NE(st.message().find("do not match"), std::string::npos) << st.message();
+  ExpectNoHostPath(st);
+}
+
+// Hostile stores: what a RUN step (the build user) could leave behind.
+TEST_F(StoreImageTest, SymlinkAtAListedNameIsNotFollowed) {
+  Write(root_ + "/secret", "c=1");  // same size and contents: only the link is wrong
+  fs::remove(DiffPath(app_layer_, "etc/conf"));
+  fs::create_symlink(root_ + "/secret", DiffPath(app_layer_, "etc/conf"));
+  std::string tar;
+  Status st = ReadApp(&tar);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_NE(st.message().find("etc/conf"), std::string::npos);
+  ExpectNoHostPath(st);
+  // A relative link that stays inside the diff directory is refused as well.
+  fs::remove(DiffPath(app_layer_, "etc/conf"));
+  Write(DiffPath(app_layer_, "etc/real"), "c=1");
+  fs::create_symlink("real", DiffPath(app_layer_, "etc/conf"));
+  EXPECT_EQ(ReadApp(&tar).code(), Status::Code::kInternal);
+}
+
+TEST_F(StoreImageTest, SymlinkedDirectoryOnTheWayIsNotFollowed) {
+  Write(root_ + "/outside/conf", "c=1");
+  fs::remove_all(DiffPath(app_layer_, "etc"));
+  fs::create_symlink(root_ + "/outside", DiffPath(app_layer_, "etc"));
+  std::string tar;
+  Status st = ReadApp(&tar);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  ExpectNoHostPath(st);
+}
+
+TEST_F(StoreImageTest, DiffDirectoryThatIsASymlinkIsRefused) {
+  const std::string diff = cand_ + "/overlay/" + app_layer_.id + "/diff";
+  fs::rename(diff, root_ + "/elsewhere");
+  fs::create_symlink(root_ + "/elsewhere", diff);
+  std::string tar;
+  Status st = ReadApp(&tar);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  ExpectNoHostPath(st);
+}
+
+TEST_F(StoreImageTest, TarSplitNamingParentPathsIsRefused) {
+  Write(cand_ + "/overlay/outside", "c=1");
+  for (const char* name : {"../../outside", "etc/../../../outside", "/../outside"}) {
+    app_layer_.entries[3] = File(name, 3);
+    WriteGz(cand_ + "/overlay-layers/" + app_layer_.id + ".tar-split.gz",
+            Lines(app_layer_.entries));
+    std::string tar;
+    Status st = ReadApp(&tar);
+    EXPECT_EQ(st.code(), Status::Code::kInternal) << name;
+    EXPECT_NE(st.message().find("outside the layer"), std::string::npos) << st.message();
+  }
+}
+
+TEST_F(StoreImageTest, FileOfAnotherSizeThanTheTarSplitSaysIsRefused) {
+  Write(DiffPath(app_layer_, "etc/conf"), "c=1 and much more");
+  std::string tar;
+  Status st = ReadApp(&tar);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_NE(st.message().find("the layer's index says 3"), std::string::npos) << st.message();
+}
+
+TEST_F(StoreImageTest, OversizedEntriesAndTooManyEntriesAreRefused) {
+  std::string tar;
+  StoreLimits small;
+  small.max_file_bytes = 1000;  // the app file is 300003 bytes
+  Status st = ReadApp(&tar, small);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("app"), std::string::npos);
+  StoreLimits few;
+  few.max_entries = 3;
+  EXPECT_EQ(ReadApp(&tar, few).code(), Status::Code::kResourceExhausted);
+  StoreLimits total;
+  total.max_layer_bytes = 200000;
+  EXPECT_EQ(ReadApp(&tar, total).code(), Status::Code::kResourceExhausted);
+  // A tar-split claiming a huge file is refused before anything is read or allocated.
+  app_layer_.entries[3] = File("etc/conf", uint64_t{1} << 40);
+  WriteGz(cand_ + "/overlay-layers/" + app_layer_.id + ".tar-split.gz", Lines(app_layer_.entries));
+  EXPECT_EQ(ReadApp(&tar).code(), Status::Code::kResourceExhausted);
+}
+
+TEST_F(StoreImageTest, NonRegularFileAtAListedNameIsRefused) {
+  fs::remove(DiffPath(app_layer_, "etc/conf"));
+  ASSERT_EQ(::mkfifo(DiffPath(app_layer_, "etc/conf").c_str(), 0644), 0);  // would block a read
+  std::string tar;
+  EXPECT_EQ(ReadApp(&tar).code(), Status::Code::kInternal);
+}
+
+TEST_F(StoreImageTest, MalformedTarSplitIsAnErrorNotACrash) {
+  std::string tar;
+  for (const std::string& text : {std::string("not json\n"), std::string("{\"type\":7}\n"),
+                                  std::string("{\"type\":2,\"payload\":\"!!\"}\n"),
+                                  std::string("{\"type\":1,\"name\":\"x\",\"size\":-1}\n")}) {
+    Status st = ReassembleTarSplit(
+        text, [](const std::string&, uint64_t, std::string*) { return Status::Ok(); },
+        StoreLimits(), &tar);
+    EXPECT_FALSE(st.ok()) << text;
+  }
+}
+
+TEST(BaseLayerBlobsTest, MapsDiffIdsToTheRegistrysCompressedLayers) {
+  const std::string d1 = "sha256:" + std::string(64, '1'), d2 = "sha256:" + std::string(64, '2');
+  const std::string c1 = "sha256:" + std::string(64, 'c'), c2 = "sha256:" + std::string(64, 'd');
+  const std::string manifest = json{
+      {"schemaVersion", 2},
+      {"config", {{"digest", "sha256:" + std::string(64, 'e')}}},
+      {"layers",
+       {{{"mediaType", "application/vnd.docker.image.rootfs.diff.tar.gzip"},
+         {"digest", c1},
+         {"size", 10}},
+        {{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"},
+         {"digest", c2},
+         {"size", 20}}}}}.dump();
+  const std::string config = json{{"rootfs", {{"diff_ids", {d1, d2}}}}}.dump();
+  EXPECT_EQ(BaseConfigDigest(manifest), "sha256:" + std::string(64, 'e'));
+  auto m = BaseLayerBlobs("kiln/busybox", manifest, config);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.at(d1).digest, c1);
+  EXPECT_EQ(m.at(d1).media_type, "application/vnd.oci.image.layer.v1.tar+gzip");
+  EXPECT_EQ(m.at(d1).size, 10u);
+  EXPECT_EQ(m.at(d2).repository, "kiln/busybox");
+  // Counts that disagree, or an index instead of a manifest: nothing is reused.
+  EXPECT_TRUE(BaseLayerBlobs("r", manifest, json{{"rootfs", {{"diff_ids", {d1}}}}}.dump()).empty());
+  EXPECT_TRUE(BaseLayerBlobs("r", json{{"manifests", json::array()}}.dump(), config).empty());
+  EXPECT_EQ(BaseConfigDigest("[]"), "");
+}
+
+}  // namespace
+}  // namespace kiln
