@@ -30,14 +30,21 @@
 // base is copied into a candidate's store, and removing a candidate's storage leaves it intact.
 // An image the store lacks (or a moved tag) is copied once per domain, under the store's lock,
 // with kiln's credential (skopeo, run by kiln) into an OCI layout the build user loads into the
-// store (the only process that sees it writable); builds run with --pull=never. The finished
-// image leaves the candidate's store as an OCI layout (`buildah push <id> oci:...`, gzip level
-// 1, run as the build user) that Push uploads with kiln's credential
-// (builder/oci_layout_pusher.h): missing blobs only, manifest last.
+// store (the only process that sees it writable); builds run with --pull=never. Issue 18
+// (fifth pass): nothing runs after `buildah build`. Push reads the image straight from the
+// candidate's store and the base store (builder/store_image.h: config, layer chain, layer tars
+// rebuilt from tar-split + diff files, all untrusted, all verified) and uploads it with kiln's
+// credential (builder/store_image_pusher.h): the bases' layers are the registry's own blobs
+// (their manifests and configs are fetched once per digest while resolving), new layers plain
+// or gzip level 1 per build.compression, manifest last. Only a store the reader does not
+// understand is exported by buildah as before (`buildah push <id> oci:...` as the build user,
+// then builder/oci_layout_pusher.h); the build log says why.
 //
-// Per-part timings (BuildResult::timings): resolve_ms (base digests from the registry),
-// base_prep_ms (shared-store check; fetch + load when missing), build_ms (`buildah build`,
-// including its commit), export_ms (the OCI layout export).
+// Per-part timings: BuildResult::timings resolve_ms (base digests and, once per digest, their
+// configs), base_prep_ms (shared-store check; fetch + load when missing), build_ms (`buildah
+// build`, including its commit); PushResult::timings read_ms (reading the image and its new
+// layers from the store, verified), compress_ms (gzip of new layers, when compressing),
+// export_ms (only when the fallback export ran).
 //
 // Thread-safety: Build/Push may run concurrently for different storage_dir values; the
 // registry clients are shared under a mutex.
