@@ -1,7 +1,8 @@
 // Unit tests of StoreImageReader (builder/store_image.h) and the base-layer map of
 // builder/store_image_pusher.h, on synthetic containers/storage overlay stores written here (no
 // buildah): the image record, the config under its big-data name, the layer chain across two
-// stores, byte-exact tar-split reassembly, and what a hostile build user could plant.
+// stores, byte-exact tar-split reassembly, what a hostile build user could plant, and
+// PushStoreImage against a fake registry.
 #include "builder/store_image.h"
 
 #include <gtest/gtest.h>
@@ -11,11 +12,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "builder/store_image_pusher.h"
 #include "common/base64.h"
 #include "common/sha256.h"
+#include "registry/fake_http_server.h"
 
 namespace kiln {
 namespace {
@@ -23,6 +27,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::string Digest(const std::string& s) { return "sha256:" + Sha256Hex(s); }
+constexpr char kOciLayerTarGzipForTest[] = "application/vnd.oci.image.layer.v1.tar+gzip";
 
 void Write(const std::string& path, const std::string& data) {
   fs::create_directories(fs::path(path).parent_path());
@@ -302,6 +307,80 @@ TEST_F(StoreImageTest, MalformedTarSplitIsAnErrorNotACrash) {
         StoreLimits(), &tar);
     EXPECT_FALSE(st.ok()) << text;
   }
+}
+
+// PushStoreImage against a fake registry: the base layer is the registry's own blob (mounted
+// from the base's repository, never read from the store), the app layer goes as the plain tar
+// rebuilt from the store, the config as stored, the manifest last with kiln's annotations.
+TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestLast) {
+  namespace http = boost::beast::http;
+  std::mutex mu;
+  std::vector<std::string> log;
+  std::set<std::string> uploaded;
+  std::string manifest;
+  size_t uploads_before_manifest = 0;
+  const std::string base_blob = "sha256:" + std::string(64, 'd');
+  kiln::testing::FakeServer server([&](const kiln::testing::FakeServer::Request& req) {
+    std::lock_guard<std::mutex> l(mu);
+    const std::string t(req.target());
+    log.push_back(std::string(http::to_string(req.method())) + " " + t);
+    if (req.method() == http::verb::head)
+      return kiln::testing::Reply(uploaded.count(t.substr(t.rfind('/') + 1)) ? 200 : 404);
+    if (req.method() == http::verb::post && t.find("mount=") != std::string::npos)
+      return kiln::testing::Reply(t.find("from=kiln%2Fbusybox") != std::string::npos ? 201 : 500);
+    if (req.method() == http::verb::post) {
+      auto r = kiln::testing::Reply(202);
+      r.set(http::field::location, "/v2/app/blobs/uploads/u" + std::to_string(log.size()));
+      return r;
+    }
+    if (req.method() == http::verb::put && t.find("/blobs/uploads/") != std::string::npos) {
+      const std::string d = t.substr(t.find("digest=") + 7);
+      const std::string digest = "sha256:" + d.substr(d.find("3A") + 2);
+      if (digest != Digest(req.body())) return kiln::testing::Reply(400, "{\"errors\":[]}");
+      uploaded.insert(digest);
+      return kiln::testing::Reply(201);
+    }
+    if (req.method() == http::verb::put && t.find("/manifests/") != std::string::npos) {
+      manifest = req.body();
+      uploads_before_manifest = uploaded.size();
+      auto r = kiln::testing::Reply(201);
+      r.set("Docker-Content-Digest", Digest(req.body()));
+      return r;
+    }
+    return kiln::testing::Reply(404);
+  });
+  // The base layer's files are gone from the store: reading it would fail the push.
+  fs::remove_all(base_ + "/overlay/" + base_layer_.id + "/diff");
+  StoreImageReader reader({cand_, base_});
+  StoreImage img;
+  ASSERT_TRUE(reader.ReadImage(id_, &img).ok());
+  StorePushRequest req;
+  req.repository = "app";
+  req.tag = "cand";
+  req.compress = false;
+  req.annotations = {{"io.kiln.build-key", "k2"}, {"io.kiln.candidate", "cand"}};
+  req.base_layers[Digest(base_layer_.tar)] = {"kiln/busybox", kOciLayerTarGzipForTest, base_blob,
+                                              1234};
+  RegistryClient client({server.url(), std::nullopt, std::nullopt});
+  OciPushResult r = PushStoreImage(&client, reader, img, req, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.digest, Digest(manifest));
+  EXPECT_EQ(uploaded, (std::set<std::string>{Digest(app_layer_.tar), "sha256:" + id_}));
+  EXPECT_EQ(uploads_before_manifest, 2u);
+  EXPECT_EQ(log.back(), "PUT /v2/app/manifests/cand");
+  json m = json::parse(manifest);
+  EXPECT_EQ(m["config"]["digest"], "sha256:" + id_);
+  EXPECT_EQ(m["config"]["size"], config_.size());
+  ASSERT_EQ(m["layers"].size(), 2u);
+  EXPECT_EQ(m["layers"][0]["digest"], base_blob);
+  EXPECT_EQ(m["layers"][0]["size"], 1234);
+  EXPECT_EQ(m["layers"][0]["mediaType"], kOciLayerTarGzipForTest);
+  EXPECT_EQ(m["layers"][1]["digest"], Digest(app_layer_.tar));
+  EXPECT_EQ(m["layers"][1]["size"], app_layer_.tar.size());
+  EXPECT_EQ(m["layers"][1]["mediaType"], "application/vnd.oci.image.layer.v1.tar");
+  EXPECT_EQ(m["annotations"]["io.kiln.build-key"], "k2");  // kiln's over buildah's
+  EXPECT_EQ(m["annotations"]["io.kiln.candidate"], "cand");
+  EXPECT_EQ(m["annotations"]["org.example"], "v");  // buildah's own kept
 }
 
 TEST(BaseLayerBlobsTest, MapsDiffIdsToTheRegistrysCompressedLayers) {
