@@ -312,43 +312,58 @@ TEST_F(StoreImageTest, MalformedTarSplitIsAnErrorNotACrash) {
 // PushStoreImage against a fake registry: the base layer is the registry's own blob (mounted
 // from the base's repository, never read from the store), the app layer goes as the plain tar
 // rebuilt from the store, the config as stored, the manifest last with kiln's annotations.
-TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestLast) {
-  namespace http = boost::beast::http;
+// A registry that mounts blobs from kiln/busybox, keeps every upload (checked against its
+// digest) and the manifest; not thread-safe beyond its handler's mutex.
+struct FakeRegistry {
   std::mutex mu;
   std::vector<std::string> log;
-  std::set<std::string> uploaded;
+  std::map<std::string, std::string> uploaded;  // digest -> bytes
   std::string manifest;
   size_t uploads_before_manifest = 0;
+
+  kiln::testing::FakeServer::Handler Handler() {
+    namespace http = boost::beast::http;
+    return [this](const kiln::testing::FakeServer::Request& req) {
+      std::lock_guard<std::mutex> l(mu);
+      const std::string t(req.target());
+      log.push_back(std::string(http::to_string(req.method())) + " " + t);
+      if (req.method() == http::verb::head)
+        return kiln::testing::Reply(uploaded.count(t.substr(t.rfind('/') + 1)) ? 200 : 404);
+      if (req.method() == http::verb::post && t.find("mount=") != std::string::npos)
+        return kiln::testing::Reply(t.find("from=kiln%2Fbusybox") != std::string::npos ? 201 : 500);
+      if (req.method() == http::verb::post) {
+        auto r = kiln::testing::Reply(202);
+        r.set(http::field::location, "/v2/app/blobs/uploads/u" + std::to_string(log.size()));
+        return r;
+      }
+      if (req.method() == http::verb::put && t.find("/blobs/uploads/") != std::string::npos) {
+        const std::string d = t.substr(t.find("digest=") + 7);
+        const std::string digest = "sha256:" + d.substr(d.find("3A") + 2);
+        if (digest != Digest(req.body())) return kiln::testing::Reply(400, "{\"errors\":[]}");
+        uploaded[digest] = req.body();
+        return kiln::testing::Reply(201);
+      }
+      if (req.method() == http::verb::put && t.find("/manifests/") != std::string::npos) {
+        manifest = req.body();
+        uploads_before_manifest = uploaded.size();
+        auto r = kiln::testing::Reply(201);
+        r.set("Docker-Content-Digest", Digest(req.body()));
+        return r;
+      }
+      return kiln::testing::Reply(404);
+    };
+  }
+  std::set<std::string> Uploaded() {
+    std::set<std::string> s;
+    for (const auto& [d, data] : uploaded) s.insert(d);
+    return s;
+  }
+};
+
+TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestLast) {
+  FakeRegistry reg;
+  kiln::testing::FakeServer server(reg.Handler());
   const std::string base_blob = "sha256:" + std::string(64, 'd');
-  kiln::testing::FakeServer server([&](const kiln::testing::FakeServer::Request& req) {
-    std::lock_guard<std::mutex> l(mu);
-    const std::string t(req.target());
-    log.push_back(std::string(http::to_string(req.method())) + " " + t);
-    if (req.method() == http::verb::head)
-      return kiln::testing::Reply(uploaded.count(t.substr(t.rfind('/') + 1)) ? 200 : 404);
-    if (req.method() == http::verb::post && t.find("mount=") != std::string::npos)
-      return kiln::testing::Reply(t.find("from=kiln%2Fbusybox") != std::string::npos ? 201 : 500);
-    if (req.method() == http::verb::post) {
-      auto r = kiln::testing::Reply(202);
-      r.set(http::field::location, "/v2/app/blobs/uploads/u" + std::to_string(log.size()));
-      return r;
-    }
-    if (req.method() == http::verb::put && t.find("/blobs/uploads/") != std::string::npos) {
-      const std::string d = t.substr(t.find("digest=") + 7);
-      const std::string digest = "sha256:" + d.substr(d.find("3A") + 2);
-      if (digest != Digest(req.body())) return kiln::testing::Reply(400, "{\"errors\":[]}");
-      uploaded.insert(digest);
-      return kiln::testing::Reply(201);
-    }
-    if (req.method() == http::verb::put && t.find("/manifests/") != std::string::npos) {
-      manifest = req.body();
-      uploads_before_manifest = uploaded.size();
-      auto r = kiln::testing::Reply(201);
-      r.set("Docker-Content-Digest", Digest(req.body()));
-      return r;
-    }
-    return kiln::testing::Reply(404);
-  });
   // The base layer's files are gone from the store: reading it would fail the push.
   fs::remove_all(base_ + "/overlay/" + base_layer_.id + "/diff");
   StoreImageReader reader({cand_, base_});
@@ -364,11 +379,11 @@ TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestL
   RegistryClient client({server.url(), std::nullopt, std::nullopt});
   OciPushResult r = PushStoreImage(&client, reader, img, req, nullptr, nullptr);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_EQ(r.digest, Digest(manifest));
-  EXPECT_EQ(uploaded, (std::set<std::string>{Digest(app_layer_.tar), "sha256:" + id_}));
-  EXPECT_EQ(uploads_before_manifest, 2u);
-  EXPECT_EQ(log.back(), "PUT /v2/app/manifests/cand");
-  json m = json::parse(manifest);
+  EXPECT_EQ(r.digest, Digest(reg.manifest));
+  EXPECT_EQ(reg.Uploaded(), (std::set<std::string>{Digest(app_layer_.tar), "sha256:" + id_}));
+  EXPECT_EQ(reg.uploads_before_manifest, 2u);
+  EXPECT_EQ(reg.log.back(), "PUT /v2/app/manifests/cand");
+  json m = json::parse(reg.manifest);
   EXPECT_EQ(m["config"]["digest"], "sha256:" + id_);
   EXPECT_EQ(m["config"]["size"], config_.size());
   ASSERT_EQ(m["layers"].size(), 2u);
@@ -381,6 +396,47 @@ TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestL
   EXPECT_EQ(m["annotations"]["io.kiln.build-key"], "k2");  // kiln's over buildah's
   EXPECT_EQ(m["annotations"]["io.kiln.candidate"], "cand");
   EXPECT_EQ(m["annotations"]["org.example"], "v");  // buildah's own kept
+}
+
+// A remote registry (build.compression gzip): new layers and base layers the registry lacks go
+// as gzip level 1 of the rebuilt tar; the manifest names the compressed digests.
+TEST_F(StoreImageTest, CompressedPushUploadsGzipOfTheRebuiltTars) {
+  FakeRegistry reg;
+  kiln::testing::FakeServer server(reg.Handler());
+  StoreImageReader reader({cand_, base_});
+  StoreImage img;
+  ASSERT_TRUE(reader.ReadImage(id_, &img).ok());
+  StorePushRequest req;
+  req.repository = "app";
+  req.tag = "cand";
+  req.compress = true;  // and no base layer known: both are read from the stores
+  RegistryClient client({server.url(), std::nullopt, std::nullopt});
+  OciPushResult r = PushStoreImage(&client, reader, img, req, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  json m = json::parse(reg.manifest);
+  ASSERT_EQ(m["layers"].size(), 2u);
+  const std::string tars[] = {base_layer_.tar, app_layer_.tar};
+  for (size_t i = 0; i < 2; ++i) {
+    const json& l = m["layers"][i];
+    EXPECT_EQ(l["mediaType"], kOciLayerTarGzipForTest);
+    const std::string digest = l["digest"].get<std::string>();
+    ASSERT_TRUE(reg.uploaded.count(digest)) << digest;
+    const std::string& gz = reg.uploaded[digest];
+    EXPECT_EQ(l["size"], gz.size());
+    EXPECT_NE(digest, Digest(tars[i]));
+    std::string tar(tars[i].size() + 16, '\0');
+    uLongf n = tar.size();
+    z_stream z = {};
+    ASSERT_EQ(inflateInit2(&z, 15 + 16), Z_OK);
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+    z.avail_in = static_cast<uInt>(gz.size());
+    z.next_out = reinterpret_cast<Bytef*>(&tar[0]);
+    z.avail_out = static_cast<uInt>(n);
+    EXPECT_EQ(inflate(&z, Z_FINISH), Z_STREAM_END);
+    tar.resize(z.total_out);
+    inflateEnd(&z);
+    EXPECT_EQ(tar, tars[i]);  // the layer is the diff_id's tar
+  }
 }
 
 TEST(BaseLayerBlobsTest, MapsDiffIdsToTheRegistrysCompressedLayers) {
