@@ -142,6 +142,19 @@ class StoreImageTest : public ::testing::Test {
     return reader.ReadLayer(img, img.layers.at(1), tar);
   }
 
+  // PushStoreImage of the test image as app:cand to the registry at `url`.
+  OciPushResult PushTo(const std::string& url, StorePushRequest req) {
+    StoreImageReader reader({cand_, base_});
+    StoreImage img;
+    OciPushResult r;
+    r.status = reader.ReadImage(id_, &img);
+    if (!r.status.ok()) return r;
+    req.repository = "app";
+    req.tag = "cand";
+    RegistryClient client({url, std::nullopt, std::nullopt});
+    return PushStoreImage(&client, reader, img, req, nullptr, nullptr);
+  }
+
   void ExpectNoHostPath(const Status& st) {
     EXPECT_EQ(st.message().find(root_), std::string::npos) << st.message();
   }
@@ -366,18 +379,12 @@ TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestL
   const std::string base_blob = "sha256:" + std::string(64, 'd');
   // The base layer's files are gone from the store: reading it would fail the push.
   fs::remove_all(base_ + "/overlay/" + base_layer_.id + "/diff");
-  StoreImageReader reader({cand_, base_});
-  StoreImage img;
-  ASSERT_TRUE(reader.ReadImage(id_, &img).ok());
   StorePushRequest req;
-  req.repository = "app";
-  req.tag = "cand";
   req.compress = false;
   req.annotations = {{"io.kiln.build-key", "k2"}, {"io.kiln.candidate", "cand"}};
   req.base_layers[Digest(base_layer_.tar)] = {"kiln/busybox", kOciLayerTarGzipForTest, base_blob,
                                               1234};
-  RegistryClient client({server.url(), std::nullopt, std::nullopt});
-  OciPushResult r = PushStoreImage(&client, reader, img, req, nullptr, nullptr);
+  OciPushResult r = PushTo(server.url(), req);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.digest, Digest(reg.manifest));
   EXPECT_EQ(reg.Uploaded(), (std::set<std::string>{Digest(app_layer_.tar), "sha256:" + id_}));
@@ -403,15 +410,9 @@ TEST_F(StoreImageTest, PushReusesTheBaseLayerUploadsTheNewOneAndPutsTheManifestL
 TEST_F(StoreImageTest, CompressedPushUploadsGzipOfTheRebuiltTars) {
   FakeRegistry reg;
   kiln::testing::FakeServer server(reg.Handler());
-  StoreImageReader reader({cand_, base_});
-  StoreImage img;
-  ASSERT_TRUE(reader.ReadImage(id_, &img).ok());
   StorePushRequest req;
-  req.repository = "app";
-  req.tag = "cand";
   req.compress = true;  // and no base layer known: both are read from the stores
-  RegistryClient client({server.url(), std::nullopt, std::nullopt});
-  OciPushResult r = PushStoreImage(&client, reader, img, req, nullptr, nullptr);
+  OciPushResult r = PushTo(server.url(), req);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   json m = json::parse(reg.manifest);
   ASSERT_EQ(m["layers"].size(), 2u);
