@@ -350,6 +350,8 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
   }
   {
     std::lock_guard<std::mutex> l(mu_);
+    if (push_bases_.size() > 1024 && !push_bases_.count(job.storage_dir))
+      push_bases_.clear();  // removed candidates' entries; a push without one only reuses less
     push_bases_[job.storage_dir] = std::move(base_layers);
   }
   (*timings)["resolve_ms"] = MsSince(t_resolve);
