@@ -606,6 +606,7 @@ void CandidateBuilds::OnBuilt(Record& r, const WorkDone& d, Effects* out) {
 
 void CandidateBuilds::OnBlobs(Record& r, const WorkDone& d, Effects* out) {
   r.snap.timings.parts["blobs_ms"] = d.elapsed_ms;
+  for (const auto& [part, ms] : d.parts) r.snap.timings.parts[part] = ms;  // read_ms, compress_ms
   if (IsFinal(r.snap.status) || !d.status.ok()) {
     out->push_back(ReleaseLaneEffect{r.snap.id});  // leave the line
     if (IsFinal(r.snap.status))
@@ -660,6 +661,8 @@ void CandidateBuilds::OnPushed(Record& r, const WorkDone& d, Effects* out) {
   }
   r.snap.timings.push_ms = d.elapsed_ms;
   r.snap.timings.parts["push_ms"] = d.elapsed_ms;
+  // Issue 18: the push's own parts, added to the blob stage's (issue 20) of the same name.
+  for (const auto& [part, ms] : d.parts) r.snap.timings.parts[part] += ms;
   const bool ok = d.status.ok();
   const BuildStatus st = ok ? BuildStatus::kSucceeded : FailedOrCancelled(d.status);
   auto o = MakeOutcome(r, st);

@@ -195,6 +195,7 @@ WorkDone PushPhase(const DomainEnv& env, const std::string& candidate, const Pus
   d.digest = pr.digest;
   d.ref = pr.ref;
   d.elapsed_ms = pr.elapsed_ms;
+  for (const auto& [part, ms] : pr.timings) d.parts[part] = ms;
   return d;
 }
 

@@ -20,6 +20,8 @@
 #include "builder/containerfile_images.h"
 #include "builder/oci_image.h"
 #include "builder/oci_layout_pusher.h"
+#include "builder/store_image.h"
+#include "builder/store_image_pusher.h"
 #include "common/file_util.h"
 #include "common/safe_remove.h"
 #include "config/base_image_policy.h"
@@ -34,8 +36,7 @@ namespace {
 
 constexpr char kPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr char kOciRef[] = "img";
-constexpr int kExitLoad = 201;    // the load script could not load a base image
-constexpr int kExitExport = 202;  // ... could not export the built image
+constexpr int kExitLoad = 201;  // the load script could not load a base image
 
 std::string ReadSmallFile(const std::string& path) {
   std::string s;
@@ -312,7 +313,8 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
   const auto t_resolve = std::chrono::steady_clock::now();
   RegistryClient* client = Client(job.registry);
   std::vector<BaseWant> wanted;
-  std::map<std::string, std::string> source;  // image -> "docker://..." reference for skopeo
+  std::map<std::string, std::string> source;         // image -> "docker://..." reference for skopeo
+  std::map<std::string, BaseLayerBlob> base_layers;  // by diff_id
   for (const std::string& image : images) {
     std::string ihost, repo, ref;
     if (!SplitImage(image, &ihost, &repo, &ref) || RegistryHostOf(ihost) != RegistryHostOf(host)) {
@@ -339,9 +341,18 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
                                  st.message());
     }
     const bool digest_ref = ref.rfind("sha256:", 0) == 0;
+    // Issue 18: which of the base's layers the registry already holds (for Push).
+    for (auto& [diff_id, blob] : BaseLayers(client, repo, body, digest))
+      base_layers.emplace(diff_id, std::move(blob));
     source[image] = "docker://" + host + "/" + repo + (digest_ref ? "@" : ":") + ref;
     wanted.push_back({image, digest});
     in_use->push_back(BaseStoreName(image));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (push_bases_.size() > 1024 && !push_bases_.count(job.storage_dir))
+      push_bases_.clear();  // removed candidates' entries; a push without one only reuses less
+    push_bases_[job.storage_dir] = std::move(base_layers);
   }
   (*timings)["resolve_ms"] = MsSince(t_resolve);
   // 2. The domain's shared store has them (the common case: no lock, no process)?
@@ -445,6 +456,34 @@ Status BuildahBuilder::PrepareBases(const BuildJob& job, const BuildUser& user,
   return Status::Ok();
 }
 
+std::map<std::string, BaseLayerBlob> BuildahBuilder::BaseLayers(RegistryClient* client,
+                                                                const std::string& repo,
+                                                                const std::string& manifest,
+                                                                const std::string& digest) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = base_layers_.find(repo + "@" + digest);
+    if (it != base_layers_.end()) return it->second;
+  }
+  // Once per base digest: its config (a few KB) for the diff_ids. Without it, Push reads and
+  // uploads (or HEADs) the base layers from the store instead.
+  const std::string config_digest = BaseConfigDigest(manifest);
+  std::string config;
+  if (config_digest.empty() || !client->GetBlob(repo, config_digest, &config).ok()) return {};
+  std::map<std::string, BaseLayerBlob> layers = BaseLayerBlobs(repo, manifest, config);
+  std::lock_guard<std::mutex> l(mu_);
+  if (base_layers_.size() > 256) base_layers_.clear();  // moved tags leave old digests behind
+  base_layers_[repo + "@" + digest] = layers;
+  return layers;
+}
+
+std::string BuildahBuilder::StoreFunction() const {
+  const std::string m = kSandboxRoot;
+  return "b() { " + ShellQuote(buildah_) + " --root " + ShellQuote(m + "/c/root") + " --runroot " +
+         ShellQuote(m + "/c/run") + " --storage-driver overlay --storage-opt " +
+         ShellQuote("overlay.imagestore=" + m + "/bases") + " \"$@\"; }\n";
+}
+
 ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& user,
                                         const std::string& inner_script,
                                         bool bases_writable) const {
@@ -517,11 +556,7 @@ ProcessSpec BuildahBuilder::SandboxSpec(const BuildJob& job, const BuildUser& us
 
 void BuildahBuilder::RemoveWorkingContainers(const BuildJob& job, const BuildUser& user) {
   const std::string m = kSandboxRoot;
-  std::string inner = ShellQuote(buildah_) + " --root " + ShellQuote(m + "/c/root") +
-                      " --runroot " + ShellQuote(m + "/c/run") +
-                      " --storage-driver overlay --storage-opt " +
-                      ShellQuote(std::string("overlay.imagestore=") + m + "/bases") + " rm --all";
-  ProcessSpec spec = SandboxSpec(job, user, inner);
+  ProcessSpec spec = SandboxSpec(job, user, StoreFunction() + "b rm --all\n");
   spec.timeout = std::chrono::seconds(30);
   runner_->Run(spec, nullptr, nullptr);
 }
@@ -569,9 +604,7 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   auto q = ShellQuote;
   std::ostringstream in;
   // The candidate's own store, with the domain's base store as a read-only image store.
-  in << "b() { " << q(buildah_) << " --root " << q(m + "/c/root") << " --runroot "
-     << q(m + "/c/run") << " --storage-driver overlay --storage-opt "
-     << q("overlay.imagestore=" + m + "/bases") << " \"$@\"; }\n";
+  in << StoreFunction();
   // Base images an older kiln loaded into the candidate's own store would shadow the shared
   // ones: untag them once (their layers go with the candidate's next prune).
   {
@@ -604,44 +637,20 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   in << "b";
   for (const auto& x : a) in << " " << q(x);
   in << " || exit $?\n";
-  // The image leaves the build user's store as an OCI layout kiln pushes itself.
-  // Issue 18 (build.compression): gzip level 1, or level 0 (stored blocks: buildah 1.28 ignores
-  // --disable-compression here) when the layers need no compression (a loopback registry).
-  // Level 0 turns buildah's single-threaded deflate of the app layer (0.5-0.9 s for an 8 MB
-  // binary under load) into a copy.
-  const char* level = StoreLayersUncompressed(job.build.compression, job.registry.url) ? "0" : "1";
-  in << "echo 'kiln: exporting the image'\n"
-     << "b push --quiet --compression-level " << level << " \"$(cat " << q(iid_in) << ")\" "
-     << q("oci:" + m + "/c/oci:" + kOciRef) << " || exit " << kExitExport << "\n";
-
   ProcessSpec spec = SandboxSpec(job, user, in.str());
   spec.timeout = std::chrono::seconds(job.build.timeout_s);
-  // Per-part timings: the build step ends where the export starts (its marker line).
+  // Issue 18: nothing after `buildah build`: Push reads the image from the store itself.
   const auto t_build = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point t_export{};
-  OutputFn watch = [&](std::string_view chunk) {
-    if (t_export == std::chrono::steady_clock::time_point{} &&
-        chunk.find("kiln: exporting the image") != std::string_view::npos)
-      t_export = std::chrono::steady_clock::now();
-    if (out) out(chunk);
-  };
-  ProcessResult r = runner_->Run(spec, watch, cancel);
+  ProcessResult r = runner_->Run(spec, out, cancel);
   if (r.start_status.ok() && !r.cancelled && !r.timed_out && r.exit_code != 0 &&
-      r.exit_code != kExitExport && TransientRuntimeFailure(r.output)) {
+      TransientRuntimeFailure(r.output)) {
     // buildah's runtime could not start a step (see TransientRuntimeFailure): once more, from
     // the layer cache, before anyone is told the build failed.
     RemoveWorkingContainers(job, user);
     if (out) out("kiln: buildah could not start a build step (transient); retrying once\n");
-    t_export = {};
-    r = runner_->Run(spec, watch, cancel);
+    r = runner_->Run(spec, out, cancel);
   }
-  if (t_export != std::chrono::steady_clock::time_point{}) {
-    res.timings["build_ms"] =
-        std::chrono::duration_cast<std::chrono::milliseconds>(t_export - t_build).count();
-    res.timings["export_ms"] = MsSince(t_export);
-  } else {
-    res.timings["build_ms"] = MsSince(t_build);
-  }
+  res.timings["build_ms"] = MsSince(t_build);
   res.elapsed_ms = elapsed();
   if (!r.start_status.ok()) {
     res.status = Status::Unavailable("cannot run buildah: " + r.start_status.message());
@@ -655,11 +664,6 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
     return res;
   }
   if (r.exit_code != 0) {
-    if (r.exit_code == kExitExport) {
-      res.status =
-          Status::Unavailable("builder could not export the image: " + LastLines(r.output, 1));
-      return res;
-    }
     std::vector<std::string> workdirs;
     ScanContainerfile(text, &workdirs, nullptr);
     DiagnosticsOptions dopts;
@@ -720,43 +724,119 @@ Status PushFailure(const std::string& host, const Status& st) {
 
 }  // namespace
 
+Status BuildahBuilder::Export(const BuildJob& job, const BuildUser& user, const std::string& iid,
+                              const CancelToken* cancel) {
+  // Gzip level 1, or level 0 (stored blocks: buildah 1.28 ignores --disable-compression here)
+  // when the layers need no compression (a loopback registry).
+  const char* level = StoreLayersUncompressed(job.build.compression, job.registry.url) ? "0" : "1";
+  const std::string m = kSandboxRoot;
+  const std::string script = StoreFunction() + "b push --quiet --compression-level " + level + " " +
+                             ShellQuote(iid) + " " + ShellQuote("oci:" + m + "/c/oci:" + kOciRef) +
+                             "\n";
+  ProcessSpec spec = SandboxSpec(job, user, script);
+  spec.timeout = std::chrono::seconds(job.build.timeout_s);
+  ProcessResult r = runner_->Run(spec, nullptr, cancel);
+  if (r.cancelled) return Status::Cancelled("push cancelled");
+  if (!r.start_status.ok())
+    return Status::Unavailable("cannot run buildah: " + r.start_status.message());
+  if (r.timed_out || r.exit_code != 0)
+    return Status::Unavailable("builder could not export the image: " + LastLines(r.output, 1));
+  return Status::Ok();
+}
+
 PushResult BuildahBuilder::Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                                 const CancelToken* cancel) {
-  PushResult res;
-  auto t0 = std::chrono::steady_clock::now();
-  std::string host = RegistryHost(job.registry.url);
-  OciPushRequest req;
-  req.layout_dir = job.storage_dir + "/rootless/oci";
-  req.ref_name = kOciRef;
-  req.expect_config_digest = "sha256:" + built.image_id;
-  req.repository = job.repository;
-  req.tag = job.tag;
-  OciPushResult r = PushOciLayout(Client(job.registry), req, out, cancel);
-  res.elapsed_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
-  if (!r.status.ok()) {
-    res.status = PushFailure(host, r.status);
-    return res;
-  }
-  PruneOciLayout(req.layout_dir, req.ref_name);
-  res.digest = r.digest;
-  res.ref = host + "/" + job.repository + "@" + res.digest;
-  res.status = Status::Ok();
-  return res;
+  return PushImage(job, built, out, cancel, /*blobs_only=*/false);
 }
 
 PushResult BuildahBuilder::UploadBlobs(const BuildJob& job, const BuildResult& built,
                                        const OutputFn& out, const CancelToken* cancel) {
-  OciPushRequest req;
-  req.layout_dir = job.storage_dir + "/rootless/oci";
-  req.ref_name = kOciRef;
-  req.expect_config_digest = "sha256:" + built.image_id;
-  req.repository = job.repository;
-  req.blobs_only = true;
+  return PushImage(job, built, out, cancel, /*blobs_only=*/true);
+}
+
+PushResult BuildahBuilder::PushImage(const BuildJob& job, const BuildResult& built,
+                                     const OutputFn& out, const CancelToken* cancel,
+                                     bool blobs_only) {
   PushResult res;
-  Status st = PushOciLayout(Client(job.registry), req, out, cancel).status;
-  if (!st.ok()) res.status = PushFailure(RegistryHost(job.registry.url), st);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string host = RegistryHost(job.registry.url);
+  RegistryClient* client = Client(job.registry);
+  BuildUser user;
+  Status st = LookupUser(job.build.user, &user);
+  if (!st.ok()) {
+    res.status = st;
+    return res;
+  }
+  // Issue 18: straight from the candidate's store (and the domain's base store), no export.
+  OciPushResult r;
+  {
+    const auto t_read = std::chrono::steady_clock::now();
+    StoreLimits limits;
+    limits.max_file_bytes = static_cast<uint64_t>(job.build.max_file_mb) << 20;
+    StoreImageReader reader(
+        {job.storage_dir + "/rootless/root", BaseStoreFor(job.cache_dir, user.uid).store}, limits);
+    StoreImage image;
+    r.status = reader.ReadImage(built.image_id, &image);
+    res.timings["read_ms"] = MsSince(t_read);
+    if (r.status.ok()) {
+      StorePushRequest req;
+      req.repository = job.repository;
+      req.tag = job.tag;
+      req.compress = !StoreLayersUncompressed(job.build.compression, job.registry.url);
+      req.blobs_only = blobs_only;
+      req.annotations = {{"io.kiln.build-key", job.key}, {"io.kiln.candidate", job.candidate}};
+      if (!job.commit.empty()) req.annotations["org.opencontainers.image.revision"] = job.commit;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = push_bases_.find(job.storage_dir);
+        if (it != push_bases_.end()) req.base_layers = it->second;
+        auto c = push_compressed_.find(job.storage_dir);
+        if (c != push_compressed_.end()) {
+          if (!blobs_only) req.compressed = c->second;
+          push_compressed_.erase(c);
+        }
+      }
+      r = PushStoreImage(client, reader, image, req, out, cancel);
+      if (blobs_only && r.status.ok() && !r.compressed.empty()) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (push_compressed_.size() > 1024) push_compressed_.clear();  // only reuses less
+        push_compressed_[job.storage_dir] = std::move(r.compressed);
+      }
+      res.timings["read_ms"] += r.read_ms;
+      if (req.compress) res.timings["compress_ms"] = r.compress_ms;
+    }
+  }
+  if (r.status.code() == Status::Code::kFailedPrecondition) {
+    // A store kiln does not understand: buildah exports it (as before issue 18's fifth pass).
+    if (out) out("kiln: " + r.status.message() + "; exporting the image with buildah instead\n");
+    const auto t_export = std::chrono::steady_clock::now();
+    st = Export(job, user, built.image_id, cancel);
+    res.timings["export_ms"] = MsSince(t_export);
+    OciPushRequest req;
+    req.layout_dir = job.storage_dir + "/rootless/oci";
+    req.ref_name = kOciRef;
+    req.expect_config_digest = "sha256:" + built.image_id;
+    req.repository = job.repository;
+    req.tag = job.tag;
+    req.blobs_only = blobs_only;
+    if (!st.ok()) {  // buildah's failure, not the registry's
+      res.status = st;
+      res.elapsed_ms = MsSince(t0);
+      return res;
+    }
+    r = PushOciLayout(client, req, out, cancel);
+    if (r.status.ok() && !blobs_only) PruneOciLayout(req.layout_dir, req.ref_name);
+  }
+  res.elapsed_ms = MsSince(t0);
+  if (!r.status.ok()) {
+    res.status = PushFailure(host, r.status);
+    return res;
+  }
+  res.status = Status::Ok();
+  if (blobs_only) return res;  // no manifest, no tag moved
+  res.digest = r.digest;
+  res.ref = host + "/" + job.repository + "@" + res.digest;
+  res.status = Status::Ok();
   return res;
 }
 

@@ -30,14 +30,21 @@
 // base is copied into a candidate's store, and removing a candidate's storage leaves it intact.
 // An image the store lacks (or a moved tag) is copied once per domain, under the store's lock,
 // with kiln's credential (skopeo, run by kiln) into an OCI layout the build user loads into the
-// store (the only process that sees it writable); builds run with --pull=never. The finished
-// image leaves the candidate's store as an OCI layout (`buildah push <id> oci:...`, gzip level
-// 1, run as the build user) that Push uploads with kiln's credential
-// (builder/oci_layout_pusher.h): missing blobs only, manifest last.
+// store (the only process that sees it writable); builds run with --pull=never. Issue 18
+// (fifth pass): nothing runs after `buildah build`. Push reads the image straight from the
+// candidate's store and the base store (builder/store_image.h: config, layer chain, layer tars
+// rebuilt from tar-split + diff files, all untrusted, all verified) and uploads it with kiln's
+// credential (builder/store_image_pusher.h): the bases' layers are the registry's own blobs
+// (their manifests and configs are fetched once per digest while resolving), new layers plain
+// or gzip level 1 per build.compression, manifest last. Only a store the reader does not
+// understand is exported by buildah as before (`buildah push <id> oci:...` as the build user,
+// then builder/oci_layout_pusher.h); the build log says why.
 //
-// Per-part timings (BuildResult::timings): resolve_ms (base digests from the registry),
-// base_prep_ms (shared-store check; fetch + load when missing), build_ms (`buildah build`,
-// including its commit), export_ms (the OCI layout export).
+// Per-part timings: BuildResult::timings resolve_ms (base digests and, once per digest, their
+// configs), base_prep_ms (shared-store check; fetch + load when missing), build_ms (`buildah
+// build`, including its commit); PushResult::timings read_ms (reading the image and its new
+// layers from the store, verified), compress_ms (gzip of new layers, when compressing),
+// export_ms (only when the fallback export ran).
 //
 // Thread-safety: Build/Push may run concurrently for different storage_dir values; the
 // registry clients are shared under a mutex.
@@ -51,6 +58,7 @@
 
 #include "builder/builder.h"
 #include "builder/process_runner.h"
+#include "builder/store_image_pusher.h"  // BaseLayerBlob
 #include "registry/registry_client.h"
 
 namespace kiln {
@@ -67,7 +75,8 @@ class BuildahBuilder : public Builder {
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override;
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                   const CancelToken* cancel) override;
-  /// Issue 20: the OCI layout's missing blobs, no manifest (PushOciLayout with blobs_only).
+  /// Issue 20: the image's missing blobs, no manifest (before the push-lane grant); the Push
+  /// under the grant then only HEADs them and puts the manifest.
   PushResult UploadBlobs(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                          const CancelToken* cancel) override;
   Status Check() override;
@@ -112,6 +121,21 @@ class BuildahBuilder : public Builder {
   ProcessSpec SandboxSpec(const BuildJob& job, const BuildUser& user,
                           const std::string& inner_script, bool bases_writable = false) const;
   void RemoveWorkingContainers(const BuildJob& job, const BuildUser& user);
+  /// The fallback export (a store StoreImageReader does not understand): `buildah push <iid>
+  /// oci:<storage>/rootless/oci:img` as the build user.
+  Status Export(const BuildJob& job, const BuildUser& user, const std::string& iid,
+                const CancelToken* cancel);
+  /// Push and UploadBlobs: the image from the store (or the fallback export); `blobs_only`
+  /// uploads the missing blobs and puts no manifest.
+  PushResult PushImage(const BuildJob& job, const BuildResult& built, const OutputFn& out,
+                       const CancelToken* cancel, bool blobs_only);
+  /// The shell function `b` running buildah on the candidate's store (base store beside it).
+  std::string StoreFunction() const;
+  /// The layers of base `repo` at manifest `digest` by diff_id (its config fetched once per
+  /// digest, then cached); empty when the manifest is not an image manifest or the fetch fails.
+  std::map<std::string, BaseLayerBlob> BaseLayers(RegistryClient* client, const std::string& repo,
+                                                  const std::string& manifest,
+                                                  const std::string& digest);
   RegistryClient* Client(const RegistryConfig& reg);
 
   ProcessRunner* runner_;
@@ -119,6 +143,12 @@ class BuildahBuilder : public Builder {
   std::shared_ptr<const Config> site_;
   std::mutex mu_;
   RegistryClients clients_;
+  // Issue 18: base layers the registry holds, by "<repo>@<manifest digest>"; guarded by mu_.
+  std::map<std::string, std::map<std::string, BaseLayerBlob>> base_layers_;
+  // The last build's base layers (by diff_id) per storage_dir, for its Push; guarded by mu_.
+  std::map<std::string, std::map<std::string, BaseLayerBlob>> push_bases_;
+  // By storage dir: the compressed layers the blob stage made, for the push under the grant.
+  std::map<std::string, std::map<std::string, OciDescriptor>> push_compressed_;
 };
 
 }  // namespace kiln

@@ -56,6 +56,8 @@ struct PushResult {
   std::string digest;  // "sha256:<hex>"
   std::string ref;     // "<host:port>/<repository>@sha256:<hex>"
   int64_t elapsed_ms = 0;
+  /// Issue 18: parts of elapsed_ms (containerfile: "read_ms", "compress_ms", "export_ms").
+  std::map<std::string, int64_t> timings;
 };
 
 using OutputFn = std::function<void(std::string_view)>;

@@ -144,6 +144,37 @@ Status LoadManifest(const OciPushRequest& req, Manifest* m) {
 
 }  // namespace
 
+Status RunBlobTasks(const std::vector<std::function<Status()>>& tasks, const CancelToken* cancel) {
+  // Issue 18: at most kPushThreads at a time (each upload holds its blob in memory); the first
+  // failure stops the others from starting new tasks.
+  std::mutex mu;  // guards status
+  Status status;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto fail = [&](Status st) {
+    std::lock_guard<std::mutex> l(mu);
+    if (status.ok()) status = std::move(st);
+    failed = true;
+  };
+  // Each thread carries the caller's registry deadline (issue 19).
+  const RegistryDeadline deadline = CurrentRegistryDeadline();
+  auto worker = [&] {
+    RegistryDeadlineScope in_time(deadline);
+    for (size_t i = next++; i < tasks.size() && !failed; i = next++) {
+      if (cancel && cancel->cancelled()) return fail(Status::Cancelled("push cancelled"));
+      Status st = tasks[i]();
+      if (!st.ok()) return fail(std::move(st));
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min(tasks.size(), kPushThreads);
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (status.ok() && cancel && cancel->cancelled()) return Status::Cancelled("push cancelled");
+  return status;
+}
+
 OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
                             const std::function<void(std::string_view)>& out,
                             const CancelToken* cancel) {
@@ -160,50 +191,28 @@ OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
     for (const auto& d : m.blobs)
       if (seen.insert(d).second) todo.push_back(d);
   }
-  std::mutex mu;  // guards res.status, res.uploaded_blobs and `out`
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto fail = [&](Status st) {
-    std::lock_guard<std::mutex> l(mu);
-    if (res.status.ok()) res.status = std::move(st);
-    failed = true;
-  };
-  auto one = [&](const std::string& d) {
-    bool exists = false;
-    Status st = client->BlobExists(req.repository, d, &exists);
-    if (!st.ok()) return fail(st);
-    if (exists) return;
-    std::string data;
-    st = ReadFileBeneath(req.layout_dir, BlobPath(d), kMaxBlobBytes, &data);
-    if (!st.ok()) return fail(st);
-    if (out) {
+  std::mutex mu;  // guards res.uploaded_blobs and `out`
+  std::vector<std::function<Status()>> tasks;
+  for (const std::string& d : todo)
+    tasks.push_back([&, d]() -> Status {
+      bool exists = false;
+      Status st = client->BlobExists(req.repository, d, &exists);
+      if (!st.ok() || exists) return st;
+      std::string data;
+      st = ReadFileBeneath(req.layout_dir, BlobPath(d), kMaxBlobBytes, &data);
+      if (!st.ok()) return st;
+      if (out) {
+        std::lock_guard<std::mutex> l(mu);
+        out("kiln: uploading " + d + " (" + std::to_string(data.size()) + " bytes)\n");
+      }
+      st = client->PutBlob(req.repository, d, data);  // verifies sha256(data) == d
+      if (!st.ok()) return st;
       std::lock_guard<std::mutex> l(mu);
-      out("kiln: uploading " + d + " (" + std::to_string(data.size()) + " bytes)\n");
-    }
-    st = client->PutBlob(req.repository, d, data);  // verifies sha256(data) == d
-    if (!st.ok()) return fail(st);
-    std::lock_guard<std::mutex> l(mu);
-    ++res.uploaded_blobs;
-  };
-  // Each thread carries the caller's registry deadline (issue 19).
-  const RegistryDeadline deadline = CurrentRegistryDeadline();
-  auto worker = [&] {
-    RegistryDeadlineScope in_time(deadline);
-    for (size_t i = next++; i < todo.size() && !failed; i = next++) {
-      if (cancel && cancel->cancelled()) return fail(Status::Cancelled("push cancelled"));
-      one(todo[i]);
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t n = std::min(todo.size(), kPushThreads);
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+      ++res.uploaded_blobs;
+      return st;
+    });
+  res.status = RunBlobTasks(tasks, cancel);
   if (!res.status.ok()) return res;
-  if (cancel && cancel->cancelled()) {
-    res.status = Status::Cancelled("push cancelled");
-    return res;
-  }
   if (req.blobs_only) return res;
   std::string digest;
   res.status = client->PutManifest(req.repository, req.tag, m.media_type, m.body, &digest);

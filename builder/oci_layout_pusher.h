@@ -14,10 +14,14 @@
 // Thread-safety: stateless functions; safe to call concurrently for different layouts.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "builder/oci_image.h"
 #include "common/status.h"
 #include "core/cancel_token.h"
 #include "registry/registry_client.h"
@@ -35,8 +39,12 @@ struct OciPushRequest {
 
 struct OciPushResult {
   Status status;
-  std::string digest;      // "sha256:<hex>" of the manifest pushed (blobs_only: "")
-  int uploaded_blobs = 0;  // blobs the registry did not have
+  std::string digest;       // "sha256:<hex>" of the manifest pushed (blobs_only: "")
+  int uploaded_blobs = 0;   // blobs the registry did not have
+  int64_t read_ms = 0;      // PushStoreImage: reading + verifying layers from the store (sum)
+  int64_t compress_ms = 0;  // PushStoreImage: gzip of new layers (sum)
+  /// PushStoreImage: the compressed layers it made, by diff_id (StorePushRequest::compressed).
+  std::map<std::string, OciDescriptor> compressed;
 };
 
 /// Pushes the image. `out` (may be empty) gets one line per uploaded blob (called from the
@@ -47,6 +55,11 @@ struct OciPushResult {
 OciPushResult PushOciLayout(RegistryClient* client, const OciPushRequest& req,
                             const std::function<void(std::string_view)>& out,
                             const CancelToken* cancel);
+
+/// Runs `tasks` (each one blob: HEAD, read, upload) on up to three threads, each carrying the
+/// caller's registry deadline; the first failure (or `cancel`) stops new tasks from starting and
+/// is returned. Shared by PushOciLayout and PushStoreImage (builder/store_image_pusher.h).
+Status RunBlobTasks(const std::vector<std::function<Status()>>& tasks, const CancelToken* cancel);
 
 /// Deletes the blobs of the layout that the manifest named `ref_name` does not reference
 /// (older builds' layers and configs), keeping the ones a next export can reuse. Best effort.

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "common/base64.h"  // DecodeBase64 (was declared here)
 #include "common/status.h"
 #include "net/http_client.h"
 
@@ -92,8 +93,5 @@ Status LoadKubeconfig(const std::string& path, const std::string& context, KubeC
 /// relative paths.
 Status ParseKubeconfig(const std::string& text, const std::string& path,
                        const std::string& base_dir, const std::string& context, KubeConfig* out);
-
-/// Decodes standard base64 (whitespace ignored). False on invalid input.
-bool DecodeBase64(const std::string& in, std::string* out);
 
 }  // namespace kiln

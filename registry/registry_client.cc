@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/base64.h"
 #include "common/sha256.h"
 #include "registry/www_authenticate.h"
 
@@ -34,15 +35,6 @@ namespace {
 
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxTokenBody = 1 << 20;
-
-std::string Base64(const std::string& s) {
-  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  int n =
-      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(&out[0]),
-                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
-  out.resize(n < 0 ? 0 : n);
-  return out;
-}
 
 bool ValidRepo(const std::string& r) {
   if (r.empty() || r.size() > 255 || r.front() == '/' || r.back() == '/') return false;
@@ -133,8 +125,8 @@ RegistryClient::RegistryClient(RegistryEndpoint ep, RegistryClientOptions opts)
           basic_ = a["auth"].get<std::string>();
         } else if (a.contains("username") && a["username"].is_string() && a.contains("password") &&
                    a["password"].is_string()) {
-          basic_ =
-              Base64(a["username"].get<std::string>() + ":" + a["password"].get<std::string>());
+          basic_ = EncodeBase64(a["username"].get<std::string>() + ":" +
+                                a["password"].get<std::string>());
         }
         break;
       }

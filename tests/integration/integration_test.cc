@@ -863,9 +863,11 @@ TEST_F(IntegrationTest, SharedBaseStoreServesNewCandidatesAndStaysUnchanged) {
   ToolResult first = Build(kAlpha, tag + "-a", BusyboxSource("bs-a", "a"));
   ExpectPushed(first, kAlpha, tag + "-a");
   const json& parts = first.structured["timings"]["parts"];
-  for (const char* p : {"resolve_ms", "base_prep_ms", "build_ms", "export_ms", "push_ms"})
+  for (const char* p : {"resolve_ms", "base_prep_ms", "build_ms", "read_ms", "push_ms"})
     EXPECT_TRUE(parts.contains(p) && parts[p].is_number_integer())
         << p << " in " << first.structured.dump(2);
+  // Issue 18: pushed straight from buildah's store; no `buildah push oci:` fallback ran.
+  EXPECT_FALSE(parts.contains("export_ms")) << first.structured.dump(2);
   // The domain's store holds the base, recorded at its registry digest; no candidate store does.
   std::string digest;
   ASSERT_TRUE(registry().ManifestDigest("kiln/busybox:1", &digest).ok());
