@@ -231,12 +231,13 @@ TEST(SubprocessTest, ConfinedChildIsPidOneOfItsOwnNamespacesWithOnlyLoopback) {
   spec.confine->new_mount_namespace = true;
   spec.confine->mount_proc = true;
   spec.confine->new_net_namespace = true;
-  // $$ is 1; /proc shows this namespace only (sh, ls and grep); lo is the only interface, up.
+  // $$ is 1; /proc shows this namespace only: the shell's own glob (no child running) sees
+  // PID 1 alone; lo is the only interface, up.
   std::string out = RunShell(
-      "echo $$; ls /proc | grep -c '^[0-9]'; ip -o link | wc -l; "
+      "echo $$; set -- /proc/[0-9]*; echo \"$# $1\"; ip -o link | wc -l; "
       "ip -o link show lo | grep -c '[<,]UP[,>]'",
       spec);
-  EXPECT_EQ(out, "1\n3\n1\n1\n");
+  EXPECT_EQ(out, "1\n1 /proc/1\n1\n1\n");
 }
 
 TEST(SubprocessTest, ConfinedChildInANewPidNamespaceDiesWithTheSpawningThread) {
