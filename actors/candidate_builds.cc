@@ -141,6 +141,15 @@ void CandidateBuilds::Summary(Effects* out) const {
 
 Effects CandidateBuilds::Restore(const std::vector<BuildRecord>& newest_first) {
   Effects out;
+  // Issue 20: of the unfinished builds the builder could carry on, only the newest is (an older
+  // one would be submitted, then superseded by it): the older ones end superseded at once.
+  std::optional<BuildId> carried;
+  std::string commit, key;
+  for (const BuildRecord& b : newest_first)
+    if (!IsFinal(b.status) && opts_.resume && opts_.resume(b.id, &commit, &key)) {
+      carried = b.id;
+      break;
+    }
   for (auto it = newest_first.rbegin(); it != newest_first.rend(); ++it) {  // oldest first
     const BuildRecord& b = *it;
     if (records_.count(b.id)) continue;
@@ -150,9 +159,13 @@ Effects CandidateBuilds::Restore(const std::vector<BuildRecord>& newest_first) {
     r.cancel = SpentToken();
     r.order = b.started_at_ms * 1000000;
     history_.push_back(b.id);
-    std::string commit, key;
-    if (!IsFinal(b.status) && opts_.resume && opts_.resume(b.id, &commit, &key)) {
+    if (carried && b.id == *carried && opts_.resume(b.id, &commit, &key)) {
       Resume(r, commit, key, &out);
+      continue;
+    }
+    if (carried && !IsFinal(b.status) && opts_.resume(b.id, &commit, &key)) {
+      r.log = std::make_shared<LogBuffer>(kTailBytes);
+      Cancel(r, "superseded by build " + *carried, &out);
       continue;
     }
     r.log = std::make_shared<LogBuffer>(kTailBytes);
@@ -606,15 +619,15 @@ void CandidateBuilds::OnBuilt(Record& r, const WorkDone& d, Effects* out) {
 
 void CandidateBuilds::OnBlobs(Record& r, const WorkDone& d, Effects* out) {
   r.snap.timings.parts["blobs_ms"] = d.elapsed_ms;
-  for (const auto& [part, ms] : d.parts) r.snap.timings.parts[part] = ms;  // read_ms, compress_ms
   if (IsFinal(r.snap.status) || !d.status.ok()) {
     out->push_back(ReleaseLaneEffect{r.snap.id});  // leave the line
     if (IsFinal(r.snap.status))
       ReportFinished(r, CancelledOutcome(), out);
     else
-      OnPushed(r, d, out);  // a push failure; the build's result (build_ms, log) is kept
+      OnPushed(r, d, out);  // a push failure (its parts added there); the build's result kept
     return;
   }
+  for (const auto& [part, ms] : d.parts) r.snap.timings.parts[part] = ms;  // read_ms, compress_ms
   out->push_back(LaneEffect{r.snap.id, r.started + std::chrono::seconds(opts_.timeout_s)});
 }
 

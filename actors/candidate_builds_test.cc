@@ -658,6 +658,36 @@ TEST_F(CandidateBuildsTest, RestoreBringsBackFinalRecordsAndTheLatestSuccess) {
   EXPECT_TRUE(c.Restore({}).empty());
 }
 
+// Issue 20: two unfinished builds of one candidate that the builder could both carry on (a
+// restart between a newer build's dispatch and the older one's end): the newest is carried on,
+// the older one ends superseded by it; never the other way round.
+TEST_F(CandidateBuildsTest, RestoreCarriesOnTheNewestResumableBuildAndSupersedesTheOlder) {
+  resume_ = [&](const BuildId&, std::string* c, std::string* k) {
+    *c = std::string(40, 'f');
+    *k = "key";
+    return true;
+  };
+  auto c = Make(/*journaled=*/true);
+  BuildRecord newer, older;
+  newer.id = Id(61);
+  newer.status = BuildStatus::kRunning;
+  older.id = Id(60);
+  older.status = BuildStatus::kRunning;
+  Effects fx = c.Restore({newer, older});
+  auto submit = All<SubmitEffect>(fx);
+  ASSERT_EQ(submit.size(), 1u);
+  EXPECT_EQ(submit[0].job.id, Id(61));
+  size_t finishes = 0;
+  for (const auto& a : All<AnswerEffect>(fx))
+    if (a.write && a.write->kind == JournalWrite::Kind::kFinish) {
+      ++finishes;
+      EXPECT_EQ(a.write->finish.id, Id(60));
+      EXPECT_EQ(a.write->finish.status, BuildStatus::kCancelled);
+    }
+  EXPECT_EQ(finishes, 1u);
+  EXPECT_FALSE(Has<CancelQueuedEffect>(fx) && All<CancelQueuedEffect>(fx).at(0).id == Id(61));
+}
+
 // Issue 20: an unfinished build the builder can carry on (a worker runs it) is queued again
 // after a restart and runs the usual phases under its own id; one its worker no longer knows
 // ends interrupted. Either way one terminal record.
