@@ -20,6 +20,7 @@
 #include "builder/containerfile_images.h"
 #include "builder/oci_image.h"
 #include "builder/oci_layout_pusher.h"
+#include "builder/step_cache_policy.h"
 #include "builder/store_image.h"
 #include "builder/store_image_pusher.h"
 #include "common/file_util.h"
@@ -617,14 +618,22 @@ BuildResult BuildahBuilder::Build(const BuildJob& job, const OutputFn& out,
   std::string host = RegistryHost(job.registry.url);
   std::string src = m + "/c/src";
   // --force-rm: a failed step must not leave its working container in the candidate's storage.
-  std::vector<std::string> a = {"build",        "--isolation",
-                                "chroot",       "--layers",
-                                "--force-rm",   "--pull=never",
-                                "-f",           src + "/" + cf.file,
-                                "--iidfile",    iid_in,
-                                "--build-arg",  "KILN_REGISTRY=" + host,
-                                "--annotation", "io.kiln.build-key=" + job.key,
-                                "--annotation", "io.kiln.candidate=" + job.candidate};
+  // Issue 18: buildah's step cache only where a step can be reused (builder/step_cache_policy.h).
+  std::map<std::string, std::string> step_args = cf.build_args;
+  step_args.emplace("KILN_REGISTRY", host);
+  const StepCacheDecision step_cache = DecideStepCache(text, step_args, cf.step_cache);
+  if (out)
+    out("kiln: " + std::string(step_cache.use_layers ? "step cache on: " : "step cache off: ") +
+        step_cache.reason + "\n");
+  std::vector<std::string> a = {
+      "build",        "--isolation",
+      "chroot",       step_cache.use_layers ? "--layers" : "--layers=false",
+      "--force-rm",   "--pull=never",
+      "-f",           src + "/" + cf.file,
+      "--iidfile",    iid_in,
+      "--build-arg",  "KILN_REGISTRY=" + host,
+      "--annotation", "io.kiln.build-key=" + job.key,
+      "--annotation", "io.kiln.candidate=" + job.candidate};
   // Manifest annotations, not config labels (issue 18): buildah 1.28 turns every --label into
   // a LABEL step of its own, committed as one more layer on every build (the build key changes
   // each time, so those steps never hit the layer cache); annotations cost nothing, and the

@@ -139,9 +139,11 @@ TEST_F(BuildahFakeTest, SuccessRunsOneSandboxedBuildAndReadsTheImageId) {
   EXPECT_EQ(c.rlimits, (std::vector<std::pair<int, uint64_t>>{{RLIMIT_FSIZE, 3145728}}));
   const std::string sh = Script(s);
   // buildah build: chroot isolation, no pull (kiln provides base images), the build key and
-  // commit as annotations, the registry as a build arg.
+  // commit as annotations, the registry as a build arg. Issue 18: the only RUN comes after
+  // `COPY . /src`, so no step can be reused by a new commit: no step cache, and the log says so.
   EXPECT_TRUE(
-      Contains(sh, "'build' '--isolation' 'chroot' '--layers' '--force-rm' '--pull=never'"));
+      Contains(sh, "'build' '--isolation' 'chroot' '--layers=false' '--force-rm' '--pull=never'"));
+  EXPECT_TRUE(Contains(output_, "kiln: step cache off: ")) << output_;
   EXPECT_TRUE(Contains(sh, "'--annotation' 'io.kiln.build-key=" + job_.key + "'"));
   EXPECT_TRUE(
       Contains(sh, "'--annotation' 'org.opencontainers.image.revision=" + job_.commit + "'"));
@@ -360,6 +362,27 @@ TEST_F(BuildahFakeTest, MissingContainerfileRunsNothing) {
   EXPECT_EQ(r.status.code(), Status::Code::kInvalidArgument);
   EXPECT_TRUE(r.compile_failed);
   EXPECT_EQ(runner_.runs(), 0u);
+}
+
+// Issue 18: a step a new commit can reuse (here `RUN go mod download` before `COPY . .`) keeps
+// buildah's step cache; build.containerfile.step_cache "always"/"never" override the choice.
+TEST_F(BuildahFakeTest, AReusableStepKeepsTheStepCacheAndTheConfigOverridesIt) {
+  std::ofstream(root_ / "src" / "Containerfile")
+      << "FROM scratch\nCOPY go.mod /src/\nRUN go mod download\nCOPY . /src\nRUN go build\n";
+  for (const char* mode : {"auto", "never", "always"}) {
+    job_.build.containerfile.step_cache = mode;
+    runner_.Script(Succeeds());
+    output_.clear();
+    BuildResult r = Build();
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    const std::string sh = Script(runner_.specs().back());
+    const bool layers = std::string(mode) != "never";
+    EXPECT_EQ(Contains(sh, "'chroot' '--layers' "), layers) << mode;
+    EXPECT_EQ(Contains(sh, "'chroot' '--layers=false' "), !layers) << mode;
+    EXPECT_TRUE(Contains(output_, layers ? "kiln: step cache on: " : "kiln: step cache off: "))
+        << output_;
+  }
+  EXPECT_TRUE(Contains(output_, "step_cache"));  // the override is named
 }
 
 TEST_F(BuildahFakeTest, RootBuildUserIsRefusedBeforeAnythingRuns) {

@@ -81,6 +81,9 @@ struct ContainerfileBuild {
   std::map<std::string, std::string> build_args;
   bool network = false;  // RUN steps may use the network (opt-in); kept equal to
                          // BuildConfig::network == "host" by the parser (older spelling)
+  /// Issue 18: buildah's step cache (`--layers`): "auto" (only when some step can be reused,
+  /// builder/step_cache_policy.h), "always" or "never".
+  std::string step_cache = "auto";
 };
 
 struct LayeredOutput {

@@ -912,7 +912,7 @@ void ConfigReader::ReadSandboxLimits(const json& obj, const std::string& path,
 
 void ConfigReader::ReadContainerfile(const json& obj, const std::string& path,
                                      ContainerfileBuild* out) {
-  CheckKeys(obj, path, {"file", "context", "target", "build_args", "network"});
+  CheckKeys(obj, path, {"file", "context", "target", "build_args", "network", "step_cache"});
   if (ReadString(obj, "file", path, false, &out->file))
     CheckRelativePath(out->file, Join(path, "file"));
   if (ReadString(obj, "context", path, false, &out->context))
@@ -929,6 +929,9 @@ void ConfigReader::ReadContainerfile(const json& obj, const std::string& path,
                 "build argument name must match [A-Za-z_][A-Za-z0-9_]*");
   }
   ReadBool(obj, "network", path, &out->network);
+  if (ReadString(obj, "step_cache", path, false, &out->step_cache) && out->step_cache != "auto" &&
+      out->step_cache != "always" && out->step_cache != "never")
+    Problem(Join(path, "step_cache"), "must be \"auto\", \"always\" or \"never\"");
 }
 
 void ConfigReader::ReadLayered(const json& obj, const std::string& path, LayeredBuild* out) {

@@ -21,6 +21,8 @@ json BuildConfigToJson(const BuildConfig& b) {
              {"context", b.containerfile.context},
              {"build_args", b.containerfile.build_args}};
   if (b.containerfile.target) cf["target"] = *b.containerfile.target;
+  // Only when set: a worker of the previous release refuses keys it does not know.
+  if (b.containerfile.step_cache != "auto") cf["step_cache"] = b.containerfile.step_cache;
   j["containerfile"] = cf;
   if (b.layered) {
     json outs = json::array();

@@ -81,6 +81,7 @@ TEST(BuildWire, ContainerfileBuildConfigSurvivesTheParser) {
   b.containerfile.context = "src";
   b.containerfile.target = "runtime";
   b.containerfile.build_args = {{"VERSION", "3"}};
+  b.containerfile.step_cache = "never";
   BuildConfig back;
   auto problems = Reparse(BuildConfigToJson(b), &back);
   ASSERT_TRUE(problems.empty()) << FormatConfigProblem(problems.front());
@@ -91,6 +92,7 @@ TEST(BuildWire, ContainerfileBuildConfigSurvivesTheParser) {
   EXPECT_EQ(*back.containerfile.target, "runtime");
   EXPECT_EQ(back.containerfile.build_args, b.containerfile.build_args);
   EXPECT_FALSE(back.containerfile.network);
+  EXPECT_EQ(back.containerfile.step_cache, "never");
   EXPECT_FALSE(back.layered);
 }
 
