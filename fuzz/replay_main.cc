@@ -22,6 +22,7 @@ KILN_DECLARE_TARGET(diagnostics)
 KILN_DECLARE_TARGET(www_authenticate)
 KILN_DECLARE_TARGET(layer_writer)
 KILN_DECLARE_TARGET(tool_views)
+KILN_DECLARE_TARGET(containerfile)
 
 namespace {
 
@@ -31,9 +32,10 @@ struct Target {
 };
 
 const Target kTargets[] = {
-    {"mcp_handler", KilnFuzz_mcp_handler},   {"config_parser", KilnFuzz_config_parser},
-    {"diagnostics", KilnFuzz_diagnostics},   {"www_authenticate", KilnFuzz_www_authenticate},
-    {"layer_writer", KilnFuzz_layer_writer}, {"tool_views", KilnFuzz_tool_views},
+    {"mcp_handler", KilnFuzz_mcp_handler},     {"config_parser", KilnFuzz_config_parser},
+    {"diagnostics", KilnFuzz_diagnostics},     {"www_authenticate", KilnFuzz_www_authenticate},
+    {"layer_writer", KilnFuzz_layer_writer},   {"tool_views", KilnFuzz_tool_views},
+    {"containerfile", KilnFuzz_containerfile},
 };
 
 // Replays every regular file under `dir` (sorted); returns how many ran.
