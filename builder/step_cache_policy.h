@@ -18,6 +18,9 @@
 // `from=`). When no step is reusable, `--layers=false`; otherwise (and for anything this reader
 // does not know, e.g. ONBUILD, an unknown instruction, an unresolved variable in a stage name)
 // `--layers`. `build.containerfile.step_cache` overrides it: "always" or "never".
+// The trade: a commit that changes only files the context ignores (`.containerignore`,
+// `.dockerignore`), or the same tree built again after a failure, runs every step again where
+// the step cache would have answered; with a cache mount that is an incremental compile.
 //
 // Pure function; no I/O; thread-safe.
 #pragma once
