@@ -6,7 +6,9 @@ domain for the concurrency row) over its git endpoint and MCP, like an agent: co
 push`, then time `build_candidate` (wait=true) from request to answer (= pushed digest). Each
 iteration interleaves, on the same one-function change of the generated Go service:
 host `go build` (warm GOCACHE) -> kiln layered -> kiln containerfile -> bare `buildah build
---layers` (same GOCACHE cache mount) + `buildah push`, so every pair sees the same load.
+--layers` (same GOCACHE cache mount) + `buildah push` -> bare `buildah build --layers=false` +
+`buildah push`, so every pair sees the same load. Every contender has its own Go build cache,
+warmed before the first sample, so each compiles each change once.
 
 Writes bench/out/latency.json (every sample, medians, ratios, per-part timings) and
 bench/out/latency.png (gnuplot), prints the table and the ratios. Environment: see run_all.sh.
@@ -199,9 +201,14 @@ def bench(src, host, auth, summary):
     store = ["--root", os.path.join(WORK, "storage"), "--runroot", os.path.join(WORK, "runroot")]
     bargs = ["--isolation", "chroot", "--layers", "--tls-verify=false", "--authfile", auth,
              "--build-arg", "KILN_REGISTRY=" + host]
-    tmp = os.path.join(WORK, "tmp")
-    os.makedirs(tmp)
-    benv = dict(os.environ, TMPDIR=tmp)
+    # Each bare baseline has its own TMPDIR, where buildah keeps the `--mount=type=cache` GOCACHE:
+    # with a shared one, the second build of a change found it compiled by the first and only
+    # linked (issue 18: the --layers=false row ran ~300-450 ms short; every contender must
+    # compile each change once, as kiln and the host do in their own caches).
+    benvs = {}
+    for layers, name in ((True, "tmp"), (False, "tmp-nolayers")):
+        os.makedirs(os.path.join(WORK, name))
+        benvs[layers] = dict(os.environ, TMPDIR=os.path.join(WORK, name))
     lay, cf = Mcp("lay"), Mcp("cf")
 
     def bare(layers=True):
@@ -209,7 +216,8 @@ def bench(src, host, auth, summary):
         # the same flag for bare buildah is a second baseline.
         flags = [] if layers else ["--layers=false"]
         _, b = run(["buildah"] + store + ["build"] + bargs + flags + ["-f", src + "/Containerfile", "-t",
-                                                                      host + "/bench/bare:latest", src], env=benv)
+                                                                      host + "/bench/bare:latest", src],
+                   env=benvs[layers])
         _, p = run(["buildah"] + store + ["push", "--tls-verify=false", "--authfile", auth,
                                           host + "/bench/bare:latest", "docker://" + host + "/bench/bare:latest"])
         return b, p
@@ -223,6 +231,7 @@ def bench(src, host, auth, summary):
     expect(cf.build("c1")[1], "succeeded", "warm-up containerfile")
     if "bare" in ROWS:
         bare()
+        bare(layers=False)
     for i in range(1, N + 1):
         gen(src, "--mutate", str(i))
         _, ms = run(["go", "build", "-o", WORK + "/host-app", "./cmd/app"], env=env, cwd=src)
