@@ -125,6 +125,42 @@ def sample_parts(row, s, ms=None):
             parts.setdefault(row, {}).setdefault("t.outside_total_ms", []).append(round(ms - t["total_ms"], 1))
 
 
+CLK = os.sysconf("SC_CLK_TCK")
+kiln_pid = None
+cpu = {}  # row -> {"idle_pct": [...], "kiln_cpu_s": [...], ...}: where the cores went
+
+
+def sys_cpu():
+    """(busy, idle) jiffies of the whole machine (all cores), from /proc/stat."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = f[3] + f[4]  # idle + iowait
+    return sum(f[:8]) - idle, idle
+
+
+def kiln_cpu():
+    """CPU seconds of kiln and its reaped children (git, bwrap, go, compile, link...)."""
+    if kiln_pid is None:
+        return 0.0
+    f = open(f"/proc/{kiln_pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / CLK  # utime stime cutime cstime
+
+
+class CpuWindow:
+    """Machine idle % and kiln's CPU seconds between start() and stop(), kept under `row`."""
+
+    def start(self):
+        self.s, self.k, self.t = sys_cpu(), kiln_cpu(), time.monotonic()
+        return self
+
+    def stop(self, row, prefix=""):
+        b, i = sys_cpu()
+        busy, idle = b - self.s[0], i - self.s[1]
+        d = cpu.setdefault(row, {})
+        d.setdefault(prefix + "idle_pct", []).append(round(100 * idle / max(1, busy + idle), 1))
+        d.setdefault(prefix + "kiln_cpu_s", []).append(round(kiln_cpu() - self.k, 2))
+        d.setdefault(prefix + "wall_s", []).append(round(time.monotonic() - self.t, 2))
+
+
 def expect(s, status, row):
     if s.get("status") != status:
         sys.exit(f"{row}: status {s.get('status')!r}, expected {status}: {json.dumps(s)[:2000]}")
@@ -179,6 +215,8 @@ def main():
     kiln_log = open(os.path.join(WORK, "kiln.log"), "w")
     kiln = subprocess.Popen([KILN, "serve", "--config", os.path.join(WORK, "kiln.json")],
                             stdout=kiln_log, stderr=subprocess.STDOUT)
+    global kiln_pid
+    kiln_pid = kiln.pid
     try:
         for _ in range(200):
             try:
@@ -226,8 +264,10 @@ def bench(src, host, auth, summary):
         sample("host_incr", ms)
         line = f"#{i}: host {ms:.0f} ms"
         if "layered" in ROWS:
+            w = CpuWindow().start()
             push(src, "lay", "c1", f"change {i}")
             ms, s = lay.build("c1")
+            w.stop("layered")
             expect(s, "succeeded", "layered")
             sample("layered", ms)
             sample_parts("layered", s, ms)
@@ -312,8 +352,12 @@ def bench(src, host, auth, summary):
         for rnd in range(1, max(2, N // 2) + 1):
             for (dom, c), d in trees.items():
                 gen(d, "--mutate", str(400 + 10 * rnd + c + (5 if dom == "lay2" else 0)))
+            # The builds start on push: the CPU window spans the 8 pushes and the 8 calls.
+            w_all = CpuWindow().start()
+            for (dom, c), d in trees.items():
                 push(d, dom, f"k{c}", f"round {rnd}")
             results.clear()
+            w_calls = CpuWindow().start()
             t0 = time.monotonic()
             ths = [threading.Thread(target=one, args=(k,)) for k in trees]
             for t in ths:
@@ -321,11 +365,17 @@ def bench(src, host, auth, summary):
             for t in ths:
                 t.join()
             wall = (time.monotonic() - t0) * 1000
+            w_all.stop("concurrent_each", "from_first_push_")
+            w_calls.stop("concurrent_each", "calls_")
             for k, (ms, s) in results.items():
                 expect(s, "succeeded", "concurrent")
                 sample("concurrent_each", ms)
+                sample_parts("concurrent_each", s, ms)
             sample("concurrent_round", wall)
-            log(f"8 concurrent, round {rnd}: wall {wall:.0f} ms, slowest {max(r[0] for r in results.values()):.0f} ms")
+            c = cpu["concurrent_each"]
+            log(f"8 concurrent, round {rnd}: wall {wall:.0f} ms, slowest {max(r[0] for r in results.values()):.0f} ms; "
+                f"from the first push {c['from_first_push_wall_s'][-1]:.2f} s, idle {c['from_first_push_idle_pct'][-1]}%, "
+                f"kiln CPU {c['from_first_push_kiln_cpu_s'][-1]:.2f} s")
     if "onpush" in ROWS:
         script = os.path.join(ROOT, "bench", "on_push_bench.sh")
         if os.access(script, os.X_OK):
@@ -395,12 +445,26 @@ def report(summary, seconds):
             "<= 2x a lone iteration", ratio_to=med("layered"))
     if samples.get("concurrent_round"):
         c["builds_per_minute"] = round(8 * 60000 / med("concurrent_round"), 1)
+    cc, cl = cpu.get("concurrent_each", {}), cpu.get("layered", {})
+    if cc.get("from_first_push_wall_s"):
+        wall_s = statistics.median(cc["from_first_push_wall_s"])
+        c["from_first_push_ms"] = round(1000 * wall_s, 1)
+        c["builds_per_minute_from_first_push"] = round(8 * 60 / wall_s, 1)
+        c["idle_pct_from_first_push"] = statistics.median(cc["from_first_push_idle_pct"])
+        c["idle_pct_calls"] = statistics.median(cc["calls_idle_pct"])
+        c["kiln_cpu_s_per_iteration"] = round(statistics.median(cc["from_first_push_kiln_cpu_s"]) / 8, 2)
+        if cl.get("kiln_cpu_s"):
+            lone = statistics.median(cl["kiln_cpu_s"])
+            c["lone_kiln_cpu_s_per_iteration"] = lone
+            # 8 iterations' CPU on the machine's cores: the wall a perfect parallel run needs
+            c["cpu_bound_ms"] = round(1000 * statistics.median(cc["from_first_push_kiln_cpu_s"]) / os.cpu_count(), 1)
     doc = {"benchmark": "run_all", "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "n": N, "seconds": round(seconds, 1), "workload": summary,
            "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0]},
            "kiln": KILN, "rows": rows,
            "parts_median_ms": {r: {k: statistics.median(v) for k, v in p.items()} for r, p in parts.items()},
            "parts_samples_ms": parts,
+           "cpu": cpu,
            "on_push_bench": on_push}
     with open(os.path.join(OUT, "latency.json"), "w") as f:
         json.dump(doc, f, indent=2)
