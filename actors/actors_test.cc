@@ -100,7 +100,39 @@ TEST_F(ActorsTest, FourCandidatesInTwoDomainsBuildConcurrently) {
   EXPECT_EQ(digests.size(), 4u);
   EXPECT_EQ(builder_->builds.load(), 4);
   EXPECT_LE(builder_->max_concurrent.load(), 2);
-  EXPECT_EQ(builder_->max_concurrent_pushes.load(), 1);  // one registry: pushes serialized
+  // One lane per repository of the registry: a repository's manifests never go in at once.
+  std::lock_guard<std::mutex> l(builder_->mu);
+  EXPECT_EQ(builder_->max_repo_pushes["loop/a"], 1);
+  EXPECT_EQ(builder_->max_repo_pushes["loop/b"], 1);
+}
+
+// Issue 18 (8 concurrent iterations of 2 domains): the push lane is per repository, not per
+// registry. Each domain's manifest push waits until the other domain's (another repository of
+// the same registry) has started too: with one lane for the registry, the second would wait
+// behind the first, and the first's wait would end at its (failure-only) deadline.
+TEST_F(ActorsTest, TwoRepositoriesOfOneRegistryPushAtOnce) {
+  std::mutex m;
+  std::condition_variable cv;
+  std::set<std::string> pushing;
+  std::map<std::string, bool> met;
+  builder_->push_hook = [&](const BuildJob& job) {
+    std::unique_lock<std::mutex> l(m);
+    pushing.insert(job.domain);
+    cv.notify_all();
+    bool both = cv.wait_for(l, std::chrono::seconds(30), [&] { return pushing.size() == 2; });
+    met[job.domain] = both;
+  };
+  Start(2);
+  const std::string sa = Source("pa", "package main // a");
+  const std::string sb = Source("pb", "package main // b");
+  auto fa = std::async(std::launch::async, [&] { return Build("a", "c1", sa); });
+  ToolResult rb = Build("b", "c1", sb);
+  ToolResult ra = fa.get();
+  EXPECT_EQ(ra.structured["status"], "succeeded") << ra.structured.dump();
+  EXPECT_EQ(rb.structured["status"], "succeeded") << rb.structured.dump();
+  std::lock_guard<std::mutex> l(m);
+  EXPECT_TRUE(met["a"] && met["b"]) << "one domain's push waited for the other's lane";
+  EXPECT_EQ(builder_->max_concurrent_pushes.load(), 2);
 }
 
 // Issue 20: a build's blobs upload before it asks for the push lane, and its place in the lane's

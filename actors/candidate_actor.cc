@@ -88,7 +88,7 @@ void CarryOne(Self self, Effect& effect) {
           const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
               e.deadline - std::chrono::steady_clock::now() + kLaneMargin);
           self->request(s.scheduler, std::max(wait, std::chrono::milliseconds(kLaneMargin)),
-                        push_atom::value, env.dc->image.registry, id)
+                        push_atom::value, PushLane(env), id)
               .then([=](granted_atom) { Carry(self, self->state.core->LaneGranted(id)); },
                     [=](caf::error&) {
                       Carry(self,
@@ -100,9 +100,9 @@ void CarryOne(Self self, Effect& effect) {
           RunPhase(self,
                    [name = s.name, e](const DomainEnv& de) { return PushPhase(de, name, e); });
         } else if constexpr (std::is_same_v<E, ReserveLaneEffect>) {
-          self->send(s.scheduler, reserve_atom::value, env.dc->image.registry, e.id);
+          self->send(s.scheduler, reserve_atom::value, PushLane(env), e.id);
         } else if constexpr (std::is_same_v<E, ReleaseLaneEffect>) {
-          self->send(s.scheduler, release_atom::value, env.dc->image.registry, e.id);
+          self->send(s.scheduler, release_atom::value, PushLane(env), e.id);
         } else if constexpr (std::is_same_v<E, FinishedEffect>) {
           self->send(s.scheduler, finished_atom::value, e.key, e.id, e.outcome);
         } else if constexpr (std::is_same_v<E, CancelQueuedEffect>) {

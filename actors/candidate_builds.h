@@ -121,7 +121,7 @@ struct BuildPhaseEffect {  // run checkout + build on the worker; answer with Wo
 struct ReserveLaneEffect {  // issue 20: take a place in the push lane's line (build order)
   BuildId id;
 };
-struct LaneEffect {  // ask the scheduler for the registry's push lane: LaneGranted / LaneFailed
+struct LaneEffect {  // ask the scheduler for the repository's push lane: LaneGranted / LaneFailed
   BuildId id;
   std::chrono::steady_clock::time_point deadline;
 };
@@ -186,7 +186,7 @@ class CandidateBuilds {
     std::string domain;
     std::string candidate;
     std::string remote;               // the domain's git remote (results, next steps)
-    std::string registry;             // image.registry: the push lane's name
+    std::string registry;             // image.registry (the lane: actors/candidate_work.h PushLane)
     std::vector<std::string> hidden;  // host details never shown to the agent
     size_t history = 50;              // history_per_candidate
     // Issue 19, memory that levels off (actors/build_history.h): the records and whole logs

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "actors/build_history.h"  // issue 19: DomainHistoryBudget
+#include "actors/push_lanes.h"
 #include "builder/build_key.h"
 #include "common/file_util.h"
 #include "core/cancel_token.h"
@@ -50,6 +51,10 @@ BuildJob MakeJob(const DomainEnv& env, const std::string& candidate, const Build
 }
 
 }  // namespace
+
+std::string PushLane(const DomainEnv& env) {
+  return PushLaneKey(env.dc->image.registry, env.dc->image.repository);
+}
 
 CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::string& candidate) {
   CandidateBuilds::Options o;

@@ -19,6 +19,10 @@ namespace kiln {
 /// what is journaled, the build key of a source). `env` must outlive the core.
 CandidateBuilds::Options CandidateOptions(const DomainEnv& env, const std::string& candidate);
 
+/// The push lane of the domain's builds (actors/push_lanes.h): its image repository in its
+/// registry, so domains pushing to other repositories of the same registry never wait for it.
+std::string PushLane(const DomainEnv& env);
+
 /// The domain core's options from the domain's environment.
 DomainCore::Options DomainOptions(const DomainEnv& env);
 

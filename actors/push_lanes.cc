@@ -4,6 +4,11 @@
 
 namespace kiln {
 
+std::string PushLaneKey(const std::string& registry, const std::string& repository) {
+  // Length-prefixed: a registry's config name may hold any character.
+  return std::to_string(registry.size()) + ":" + registry + "/" + repository;
+}
+
 bool PushLanes::Acquire(const std::string& registry, const std::string& id) {
   Lane& lane = lanes_[registry];
   if (lane.holder && *lane.holder == id) return true;

@@ -1,4 +1,7 @@
-// PushLanes: serializes registry pushes, one at a time per registry, FIFO.
+// PushLanes: serializes registry pushes, one at a time per lane, FIFO. A lane is one repository
+// of one registry (PushLaneKey): tags only need build order within their repository, so domains
+// pushing to different repositories of one registry do not wait for each other's manifests
+// (issue 18, 8 concurrent iterations of 2 domains).
 // Issue 20: a build takes its place in line when it is built (Reserve), uploads its blobs,
 // then asks for the lane (Acquire): the lane goes to the first in line only once that one
 // asks, so manifests (tags) still move in build order while blobs upload outside the lane.
@@ -12,6 +15,10 @@
 #include <string>
 
 namespace kiln {
+
+/// The lane of pushes to `repository` in the registry named `registry` (a config name): one
+/// lane per (registry, repository), distinct for every distinct pair.
+std::string PushLaneKey(const std::string& registry, const std::string& repository);
 
 class PushLanes {
  public:

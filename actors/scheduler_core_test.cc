@@ -214,6 +214,18 @@ TEST(PushLanes, SerializesPerRegistry) {
   EXPECT_FALSE(p.Holder("r1"));
 }
 
+// Issue 18: a lane is one repository of one registry; the key never confuses two pairs.
+TEST(PushLanes, OneLanePerRepositoryOfARegistry) {
+  PushLanes p;
+  EXPECT_TRUE(p.Acquire(PushLaneKey("local", "loop/a"), "a1"));
+  EXPECT_TRUE(p.Acquire(PushLaneKey("local", "loop/b"), "b1")) << "another repository";
+  EXPECT_FALSE(p.Acquire(PushLaneKey("local", "loop/a"), "a2")) << "same repository waits";
+  EXPECT_EQ(*p.Release(PushLaneKey("local", "loop/a"), "a1"), "a2");
+  EXPECT_EQ(PushLaneKey("local", "loop/a"), PushLaneKey("local", "loop/a"));
+  EXPECT_NE(PushLaneKey("local", "loop/a"), PushLaneKey("remote", "loop/a"));
+  EXPECT_NE(PushLaneKey("a", "b/c"), PushLaneKey("a/b", "c"));
+}
+
 // Issue 20: places are taken when a build is built (Reserve), the lane is asked for after its
 // blobs are uploaded (Acquire): the tags still move in build order, whoever uploads faster.
 TEST(PushLanes, ReservedPlaceKeepsBuildOrderWhileBlobsUpload) {

@@ -15,7 +15,9 @@ bench/out/latency.png (gnuplot), prints the table and the ratios. Environment: s
 """
 import json
 import os
+import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,6 +129,107 @@ def sample_parts(row, s, ms=None):
             parts.setdefault(row, {}).setdefault("t.outside_total_ms", []).append(round(ms - t["total_ms"], 1))
 
 
+CLK = os.sysconf("SC_CLK_TCK")
+kiln_pid = None
+registry_pid = None
+cpu = {}  # row -> {"idle_pct": [...], "kiln_cpu_s": [...], ...}: where the cores went
+
+
+def sys_cpu():
+    """(busy, idle) jiffies of the whole machine (all cores), from /proc/stat."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = f[3] + f[4]  # idle + iowait
+    return sum(f[:8]) - idle, idle
+
+
+def proc_cpu(pid):
+    """CPU seconds of `pid` and the children it reaped (0 when unknown or gone)."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return sum(int(x) for x in f[11:15]) / CLK  # utime stime cutime cstime
+
+
+def kiln_cpu():
+    """kiln and the children it reaps (git...; the sandboxed compile is not in it: bwrap's
+    PID-namespace init is not reaped by bwrap's monitor, so busy_cpu_s is the one to use)."""
+    return proc_cpu(kiln_pid)
+
+
+def proc_table():
+    """pid -> (ppid, own CPU jiffies) of every process now."""
+    t = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                f = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+                t[int(name)] = (int(f[1]), int(f[11]) + int(f[12]))
+            except (OSError, IndexError, ValueError):
+                pass
+    return t
+
+
+class OthersSampler(threading.Thread):
+    """Samples every process 5 times a second and sums the CPU of those that are not kiln, the
+    registry or this script (or their descendants): the other engineers' load on the shared
+    cores. A lower bound (a process's CPU after its last sample is missed)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.halt = threading.Event()
+        self.base, self.last, self.ours = {}, {}, set()
+        roots = {r for r in (kiln_pid, registry_pid and int(registry_pid), os.getpid()) if r}
+        self.roots = roots
+        self.scan(first=True)
+
+    def scan(self, first=False):
+        t = proc_table()
+        for pid, (ppid, j) in t.items():
+            if pid not in self.last:
+                self.base[pid] = j if first else 0
+                p, seen = pid, 0
+                while p and seen < 64:  # ours when a root is an ancestor (ppid chain of now)
+                    if p in self.roots or p in self.ours:
+                        self.ours.add(pid)
+                        break
+                    p, seen = t.get(p, (0, 0))[0], seen + 1
+            self.last[pid] = j
+
+    def run(self):
+        while not self.halt.wait(0.2):
+            self.scan()
+
+    def stop(self):
+        self.halt.set()
+        self.join()
+        self.scan()
+        return round(sum(self.last[p] - self.base[p] for p in self.last if p not in self.ours) / CLK, 2)
+
+
+class CpuWindow:
+    """Machine idle % and kiln's CPU seconds between start() and stop(), kept under `row`."""
+
+    def start(self, others=False):
+        self.s, self.k, self.r, self.t = sys_cpu(), kiln_cpu(), proc_cpu(registry_pid), time.monotonic()
+        self.o = OthersSampler() if others else None
+        if self.o:
+            self.o.start()
+        return self
+
+    def stop(self, row, prefix=""):
+        b, i = sys_cpu()
+        busy, idle = b - self.s[0], i - self.s[1]
+        d = cpu.setdefault(row, {})
+        d.setdefault(prefix + "idle_pct", []).append(round(100 * idle / max(1, busy + idle), 1))
+        d.setdefault(prefix + "busy_cpu_s", []).append(round(busy / CLK, 2))
+        d.setdefault(prefix + "kiln_cpu_s", []).append(round(kiln_cpu() - self.k, 2))
+        d.setdefault(prefix + "registry_cpu_s", []).append(round(proc_cpu(registry_pid) - self.r, 2))
+        d.setdefault(prefix + "wall_s", []).append(round(time.monotonic() - self.t, 2))
+        if self.o:
+            d.setdefault(prefix + "others_cpu_s", []).append(self.o.stop())
+
+
 def expect(s, status, row):
     if s.get("status") != status:
         sys.exit(f"{row}: status {s.get('status')!r}, expected {status}: {json.dumps(s)[:2000]}")
@@ -146,6 +249,8 @@ def main():
     reg = out_of([os.path.join(ROOT, "scripts", "registry.sh"), "start", "--dir", REG_DIR, "--port", REG_PORT])
     info = dict(l.split("=", 1) for l in reg.splitlines() if "=" in l)
     host, auth, url = info["host"], info["auth_file"], info["url"]
+    global registry_pid
+    registry_pid = info.get("pid")
     bases = out_of([os.path.join(ROOT, "scripts", "base_images.sh"), "--registry", host, "--authfile", auth])
     busybox = [l.split("=", 1)[1] for l in bases.splitlines() if l.startswith("busybox=")][0]
     busybox_digest = busybox.split("@", 1)[1]
@@ -181,6 +286,8 @@ def main():
     kiln_log = open(os.path.join(WORK, "kiln.log"), "w")
     kiln = subprocess.Popen([KILN, "serve", "--config", os.path.join(WORK, "kiln.json")],
                             stdout=kiln_log, stderr=subprocess.STDOUT)
+    global kiln_pid
+    kiln_pid = kiln.pid
     try:
         for _ in range(200):
             try:
@@ -234,12 +341,18 @@ def bench(src, host, auth, summary):
         bare(layers=False)
     for i in range(1, N + 1):
         gen(src, "--mutate", str(i))
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         _, ms = run(["go", "build", "-o", WORK + "/host-app", "./cmd/app"], env=env, cwd=src)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         sample("host_incr", ms)
+        cpu.setdefault("host_incr", {}).setdefault("cpu_s", []).append(
+            round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 2))
         line = f"#{i}: host {ms:.0f} ms"
         if "layered" in ROWS:
+            w = CpuWindow().start(others=True)
             push(src, "lay", "c1", f"change {i}")
             ms, s = lay.build("c1")
+            w.stop("layered")
             expect(s, "succeeded", "layered")
             sample("layered", ms)
             sample_parts("layered", s, ms)
@@ -328,8 +441,18 @@ def bench(src, host, auth, summary):
         for rnd in range(1, max(2, N // 2) + 1):
             for (dom, c), d in trees.items():
                 gen(d, "--mutate", str(400 + 10 * rnd + c + (5 if dom == "lay2" else 0)))
+            # The builds start on push: the CPU window spans the 8 pushes and the 8 calls.
+            w_all = CpuWindow().start(others=True)
+            perf = None
+            if os.environ.get("BENCH_PERF"):  # where the batch's CPU goes: perf report --sort comm
+                perf = subprocess.Popen(["perf", "record", "-q", "-F", "499", "-e", "cpu-clock", "-e", "sched:sched_process_exec", "-a", "-o",
+                                         f"{os.environ['BENCH_PERF']}.{rnd}", "--", "sleep", "600"],
+                                        stdout=LOG, stderr=subprocess.STDOUT)
+                time.sleep(0.5)
+            for (dom, c), d in trees.items():
                 push(d, dom, f"k{c}", f"round {rnd}")
             results.clear()
+            w_calls = CpuWindow().start()
             t0 = time.monotonic()
             ths = [threading.Thread(target=one, args=(k,)) for k in trees]
             for t in ths:
@@ -337,11 +460,21 @@ def bench(src, host, auth, summary):
             for t in ths:
                 t.join()
             wall = (time.monotonic() - t0) * 1000
+            if perf:
+                perf.send_signal(signal.SIGINT)
+                perf.wait()
+            w_all.stop("concurrent_each", "from_first_push_")
+            w_calls.stop("concurrent_each", "calls_")
             for k, (ms, s) in results.items():
                 expect(s, "succeeded", "concurrent")
                 sample("concurrent_each", ms)
+                sample_parts("concurrent_each", s, ms)
             sample("concurrent_round", wall)
-            log(f"8 concurrent, round {rnd}: wall {wall:.0f} ms, slowest {max(r[0] for r in results.values()):.0f} ms")
+            c = cpu["concurrent_each"]
+            log(f"8 concurrent, round {rnd}: wall {wall:.0f} ms, slowest {max(r[0] for r in results.values()):.0f} ms; "
+                f"from the first push {c['from_first_push_wall_s'][-1]:.2f} s, idle {c['from_first_push_idle_pct'][-1]}%, "
+                f"kiln CPU {c['from_first_push_kiln_cpu_s'][-1]:.2f} s, machine busy {c['from_first_push_busy_cpu_s'][-1]:.2f} s "
+                f"(others' processes >= {c['from_first_push_others_cpu_s'][-1]:.2f} s)")
     if "onpush" in ROWS:
         script = os.path.join(ROOT, "bench", "on_push_bench.sh")
         if os.access(script, os.X_OK):
@@ -415,12 +548,34 @@ def report(summary, seconds):
             "<= 2x a lone iteration", ratio_to=med("layered"))
     if samples.get("concurrent_round"):
         c["builds_per_minute"] = round(8 * 60000 / med("concurrent_round"), 1)
+    cc, cl = cpu.get("concurrent_each", {}), cpu.get("layered", {})
+    if cc.get("from_first_push_wall_s"):
+        wall_s = statistics.median(cc["from_first_push_wall_s"])
+        c["from_first_push_ms"] = round(1000 * wall_s, 1)
+        c["builds_per_minute_from_first_push"] = round(8 * 60 / wall_s, 1)
+        c["idle_pct_from_first_push"] = statistics.median(cc["from_first_push_idle_pct"])
+        c["idle_pct_calls"] = statistics.median(cc["calls_idle_pct"])
+        c["kiln_cpu_s_per_iteration"] = round(statistics.median(cc["from_first_push_kiln_cpu_s"]) / 8, 2)
+        c["busy_cpu_s_per_iteration"] = round(statistics.median(cc["from_first_push_busy_cpu_s"]) / 8, 2)
+        c["registry_cpu_s_per_iteration"] = round(statistics.median(cc["from_first_push_registry_cpu_s"]) / 8, 2)
+        if cpu.get("host_incr"):
+            c["host_go_build_cpu_s"] = statistics.median(cpu["host_incr"]["cpu_s"])
+        c["others_cpu_s_per_batch"] = statistics.median(cc["from_first_push_others_cpu_s"])
+        if cl.get("busy_cpu_s"):
+            lone = statistics.median(cl["busy_cpu_s"])
+            c["lone_others_cpu_s_per_iteration"] = statistics.median(cl["others_cpu_s"])
+            c["lone_busy_cpu_s_per_iteration"] = lone
+            c["lone_kiln_cpu_s_per_iteration"] = statistics.median(cl["kiln_cpu_s"])
+            # 8 lone iterations' CPU (whole machine: compile, git, registry, client) spread over
+            # every core: the wall the batch needs if nothing outside the cores is serial
+            c["cpu_bound_ms"] = round(1000 * 8 * lone / os.cpu_count(), 1)
     doc = {"benchmark": "run_all", "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "n": N, "seconds": round(seconds, 1), "workload": summary,
            "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0]},
            "kiln": KILN, "rows": rows,
            "parts_median_ms": {r: {k: statistics.median(v) for k, v in p.items()} for r, p in parts.items()},
            "parts_samples_ms": parts,
+           "cpu": cpu,
            "on_push_bench": on_push}
     with open(os.path.join(OUT, "latency.json"), "w") as f:
         json.dump(doc, f, indent=2)

@@ -10,6 +10,7 @@
 #   BENCH_REGISTRY_DIR=/var/tmp/kiln-registry BENCH_REGISTRY_PORT=5000   (scripts/registry.sh)
 #   KILN_BENCH_PORT=18751       kiln's listener (127.0.0.1)
 #   ROWS="layered containerfile bare new identical error concurrent onpush"   subset to run
+#   BENCH_PERF=/path/perf.data  record each concurrent round system-wide (perf report --sort comm)
 #
 # Writes bench/out/latency.json and bench/out/latency.png and prints the table and ratios.
 # bench/on_push_bench.sh (build on push) is called when present; its last JSON line is kept.

@@ -2,10 +2,12 @@
 // compile error when the source has a file named BROKEN, and records what ran. Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,6 +27,10 @@ class FakeBuilder : public Builder {
   std::atomic<int> max_concurrent{0};
   std::atomic<int> concurrent_pushes{0};
   std::atomic<int> max_concurrent_pushes{0};
+  // Pushes (manifests) at once per repository, and the most seen (guarded by `mu`).
+  std::map<std::string, int> repo_pushes, max_repo_pushes;
+  // Runs inside Push, before the manifest is "put" (set before building).
+  std::function<void(const BuildJob& job)> push_hook;
   std::mutex mu;
   std::vector<std::string> built_candidates;  // in start order
   std::string extra_output;  // printed after the compile step (set before building)
@@ -82,14 +88,21 @@ class FakeBuilder : public Builder {
     {
       std::lock_guard<std::mutex> l(mu);
       events.push_back("manifest " + job.candidate);
+      int& n = max_repo_pushes[job.repository];
+      n = std::max(n, ++repo_pushes[job.repository]);
     }
     pushes++;
     int c = ++concurrent_pushes;
     int m = max_concurrent_pushes.load();
     while (c > m && !max_concurrent_pushes.compare_exchange_weak(m, c)) {
     }
+    if (push_hook) push_hook(job);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     --concurrent_pushes;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      --repo_pushes[job.repository];
+    }
     PushResult r;
     if (push_fails) {
       r.status = Status::Unavailable("registry 127.0.0.1:1 is unreachable: connection refused");

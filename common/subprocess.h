@@ -14,8 +14,10 @@
 // common/process_supervisor.h, which every runner uses with its own policy (merged bounded
 // capture, separate stdout/stderr, CGI streaming, a long-lived sandbox).
 //
-// Thread-safety: all functions are thread-safe. Spawn blocks until the child has exec'd (or
-// failed to), typically well under a millisecond after fork.
+// Thread-safety: all functions are thread-safe. Spawn blocks the calling thread until the child
+// has exec'd (or failed to), typically well under a millisecond: the child shares kiln's memory
+// until then (clone CLONE_VM | CLONE_VFORK, like posix_spawn), so starting it costs the same
+// however large kiln is, and kiln's other threads keep running.
 #pragma once
 
 #include <sys/types.h>
@@ -82,7 +84,7 @@ struct ChildMount {
 /// clears it). Any failure ends the child before exec
 /// and Spawn reports it (Internal, naming the step). Plain value type.
 struct ChildConfinement {
-  /// The child is started with clone(CLONE_NEWPID) instead of fork: it is PID 1 of a new PID
+  /// The child is started with CLONE_NEWPID as well: it is PID 1 of a new PID
   /// namespace (everything it leaves behind dies with it); with `mount_proc`, /proc is mounted
   /// anew in its (then required) new mount namespace.
   bool new_pid_namespace = false;
@@ -123,10 +125,11 @@ struct SpawnSpec {
   std::optional<ChildConfinement> confine;
 };
 
-/// Forks and execs `spec`. On success *pid names the running child (the caller must reap it).
-/// Errors: InvalidArgument (empty argv/path, bad fd map, too many mounts or limits), NotFound
+/// Starts (clone, then execve) `spec`. On success *pid names the running child (the caller must
+/// reap it). Errors: InvalidArgument (empty argv/path, bad fd map, too many mounts or limits),
+/// NotFound
 /// ("<argv0>: command not found", or a missing working directory), PermissionDenied, Internal
-/// (pipe/fork failures, a confinement step that failed: "<argv0>: cannot confine the child
+/// (pipe/clone failures, a confinement step that failed: "<argv0>: cannot confine the child
 /// (<step>): <errno text>"). On error no child is left behind.
 Status Spawn(const SpawnSpec& spec, pid_t* pid);
 
