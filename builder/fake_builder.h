@@ -32,6 +32,7 @@ class FakeBuilder : public Builder {
   // Issue 20: runs inside UploadBlobs (set before building); `events` records, in order,
   // "blobs <candidate>" when a blob stage ended and "manifest <candidate>" when a Push ran.
   std::function<void(const std::string& candidate)> blob_hook;
+  std::function<void(const std::string& candidate)> push_hook;  // runs inside Push (issue 18)
   std::vector<std::string> events;
 
   BuildResult Build(const BuildJob& job, const OutputFn& out, const CancelToken* cancel) override {
@@ -79,6 +80,7 @@ class FakeBuilder : public Builder {
 
   PushResult Push(const BuildJob& job, const BuildResult& built, const OutputFn& out,
                   const CancelToken* cancel) override {
+    if (push_hook) push_hook(job.candidate);
     {
       std::lock_guard<std::mutex> l(mu);
       events.push_back("manifest " + job.candidate);
