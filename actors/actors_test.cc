@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -135,13 +136,32 @@ TEST_F(ActorsTest, TwoRepositoriesOfOneRegistryPushAtOnce) {
   EXPECT_EQ(builder_->max_concurrent_pushes.load(), 2);
 }
 
-// Issue 20: a build's blobs upload before it asks for the push lane, and its place in the lane's
-// line is taken when it is built: a later build whose (small) blobs are done first still puts
-// its manifest after the earlier build's.
+// Issue 18: a lone build finds the push lane free when it is built: no separate blob stage,
+// its push (under the lane) uploads the blobs and puts the manifest in one phase.
+TEST_F(ActorsTest, ABuildThatFindsTheLaneFreePushesWithoutABlobStage) {
+  Start(1, {"a"});
+  ToolResult r = Build("a", "c1", Source("lone", "package main"));
+  EXPECT_EQ(r.structured["status"], "succeeded") << r.structured.dump();
+  std::lock_guard<std::mutex> l(builder_->mu);
+  EXPECT_EQ(builder_->events, (std::vector<std::string>{"manifest c1"}));
+}
+
+// Issue 20: a build that finds the lane held uploads its blobs before it asks for the push
+// lane, and its place in the lane's line is taken when it is built: a later build whose (small)
+// blobs are done first still puts its manifest (moves its tag) after the earlier build's.
 TEST_F(ActorsTest, BlobsUploadBeforeTheLaneAndTagsStillMoveInBuildOrder) {
   std::mutex m;
   std::condition_variable cv;
-  bool first_in_blobs = false, second_blobs_done = false, first_waited = false;
+  bool holder_pushing = false, first_in_blobs = false, second_blobs_done = false;
+  bool first_waited = false, holder_waited = false;
+  // "holder" holds the lane (its push runs) until the first build is uploading its blobs.
+  builder_->push_hook = [&](const BuildJob& job) {
+    if (job.candidate != "holder") return;
+    std::unique_lock<std::mutex> l(m);
+    holder_pushing = true;
+    cv.notify_all();
+    holder_waited = cv.wait_for(l, std::chrono::seconds(30), [&] { return first_in_blobs; });
+  };
   builder_->blob_hook = [&](const std::string& c) {
     std::unique_lock<std::mutex> l(m);
     if (c == "second") {
@@ -154,9 +174,15 @@ TEST_F(ActorsTest, BlobsUploadBeforeTheLaneAndTagsStillMoveInBuildOrder) {
       first_waited = cv.wait_for(l, std::chrono::seconds(30), [&] { return second_blobs_done; });
     }
   };
-  Start(2, {"a"});
+  Start(3, {"a"});
+  const std::string s0 = Source("holder", "package main // 0");
   const std::string s1 = Source("first", "package main // 1");
   const std::string s2 = Source("second", "package main // 2");
+  auto f0 = std::async(std::launch::async, [&] { return Build("a", "holder", s0); });
+  {
+    std::unique_lock<std::mutex> l(m);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return holder_pushing; }));
+  }
   auto f1 = std::async(std::launch::async, [&] { return Build("a", "first", s1); });
   {
     std::unique_lock<std::mutex> l(m);
@@ -165,15 +191,23 @@ TEST_F(ActorsTest, BlobsUploadBeforeTheLaneAndTagsStillMoveInBuildOrder) {
   // Built after the first one (which is uploading its blobs now).
   ToolResult r2 = Build("a", "second", s2);
   ToolResult r1 = f1.get();
+  ToolResult r0 = f0.get();
+  EXPECT_EQ(r0.structured["status"], "succeeded") << r0.structured.dump();
   EXPECT_EQ(r1.structured["status"], "succeeded") << r1.structured.dump();
   EXPECT_EQ(r2.structured["status"], "succeeded") << r2.structured.dump();
+  EXPECT_TRUE(holder_waited) << "the first build uploaded its blobs while the lane was held";
   EXPECT_TRUE(first_waited) << "the second build's blobs uploaded while the first's did";
   std::lock_guard<std::mutex> l(builder_->mu);
   std::vector<std::string> manifests;
   for (const auto& e : builder_->events)
     if (e.rfind("manifest ", 0) == 0) manifests.push_back(e);
-  EXPECT_EQ(manifests, (std::vector<std::string>{"manifest first", "manifest second"}))
+  EXPECT_EQ(manifests,
+            (std::vector<std::string>{"manifest holder", "manifest first", "manifest second"}))
       << "tags move in build order";
+  // The holder found the lane free (no blob stage); the others found it held or someone ahead.
+  EXPECT_EQ(std::count(builder_->events.begin(), builder_->events.end(), "blobs holder"), 0);
+  EXPECT_EQ(std::count(builder_->events.begin(), builder_->events.end(), "blobs first"), 1);
+  EXPECT_EQ(std::count(builder_->events.begin(), builder_->events.end(), "blobs second"), 1);
 }
 
 TEST_F(ActorsTest, IdenticalRebuildIsACacheHit) {

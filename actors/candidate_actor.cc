@@ -100,7 +100,12 @@ void CarryOne(Self self, Effect& effect) {
           RunPhase(self,
                    [name = s.name, e](const DomainEnv& de) { return PushPhase(de, name, e); });
         } else if constexpr (std::is_same_v<E, ReserveLaneEffect>) {
-          self->send(s.scheduler, reserve_atom::value, PushLane(env), e.id);
+          const BuildId id = e.id;
+          self->request(s.scheduler, kQuickReply, reserve_atom::value, PushLane(env), id)
+              .then([=](bool granted) { Carry(self, self->state.core->LaneReserved(id, granted)); },
+                    [=](caf::error&) {  // the blob stage, then the lane is asked for as usual
+                      Carry(self, self->state.core->LaneReserved(id, false));
+                    });
         } else if constexpr (std::is_same_v<E, ReleaseLaneEffect>) {
           self->send(s.scheduler, release_atom::value, PushLane(env), e.id);
         } else if constexpr (std::is_same_v<E, FinishedEffect>) {

@@ -608,13 +608,30 @@ void CandidateBuilds::OnBuilt(Record& r, const WorkDone& d, Effects* out) {
   r.image_id = d.image_id;
   r.snap.timings.build_ms = d.elapsed_ms;
   SetStatus(r, BuildStatus::kPushing, "pushing", out);
-  // Issue 20: the place in the push lane's line is taken now (tags move in build order); the
-  // blobs upload before the lane is asked for, so the lane covers only the manifest.
+  // Issue 20: the place in the push lane's line is taken now (tags move in build order);
+  // LaneReserved goes on from there.
   out->push_back(ReserveLaneEffect{r.snap.id});
   worker_busy_ = true;  // the upload reads the candidate's storage
-  out->push_back(PushPhaseEffect{r.snap.id, r.key, r.snap.commit, r.req.source_dir, r.image_id,
-                                 r.log, r.cancel, r.started + std::chrono::seconds(opts_.timeout_s),
-                                 true});
+}
+
+Effects CandidateBuilds::LaneReserved(const BuildId& id, bool granted) {
+  Effects out;
+  Record* r = Find(id);
+  if (!r || IsFinal(r->snap.status)) {  // cancelled or superseded while reserving
+    worker_busy_ = false;
+    out.push_back(ReleaseLaneEffect{id});  // the lane taken, or the place in line
+    if (r) ReportFinished(*r, CancelledOutcome(), &out);
+    StartPending(&out);
+    return out;
+  }
+  // Issue 18: the lane was free and nobody in line: no separate blob stage (nobody waits for
+  // the lane meanwhile); the push under the grant uploads the blobs and puts the manifest.
+  // Otherwise (issue 20) the blobs upload while the lane is held or others are ahead.
+  r->holds_push_lane = granted;
+  out.push_back(PushPhaseEffect{r->snap.id, r->key, r->snap.commit, r->req.source_dir, r->image_id,
+                                r->log, r->cancel,
+                                r->started + std::chrono::seconds(opts_.timeout_s), !granted});
+  return out;
 }
 
 void CandidateBuilds::OnBlobs(Record& r, const WorkDone& d, Effects* out) {

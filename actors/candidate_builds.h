@@ -118,7 +118,9 @@ struct BuildPhaseEffect {  // run checkout + build on the worker; answer with Wo
   std::shared_ptr<CancelToken> cancel;
   std::chrono::steady_clock::time_point deadline;  // started + build.timeout_s
 };
-struct ReserveLaneEffect {  // issue 20: take a place in the push lane's line (build order)
+// Issue 20: take a place in the push lane's line (build order); answer with LaneReserved
+// (issue 18: granted when the lane was free and nobody in line).
+struct ReserveLaneEffect {
   BuildId id;
 };
 struct LaneEffect {  // ask the scheduler for the repository's push lane: LaneGranted / LaneFailed
@@ -126,7 +128,8 @@ struct LaneEffect {  // ask the scheduler for the repository's push lane: LaneGr
   std::chrono::steady_clock::time_point deadline;
 };
 // Run the push on the worker; answer with WorkDone. `blobs` (issue 20): only upload the blobs,
-// before the lane is asked for (WorkDone phase "blobs"); else the push under the grant.
+// before the lane is asked for (WorkDone phase "blobs"); else the push under the grant (blobs
+// and manifest in one phase when the lane was taken on reserve, issue 18).
 struct PushPhaseEffect {
   BuildId id;
   std::string key;
@@ -233,6 +236,11 @@ class CandidateBuilds {
   Effects Waited(const BuildId& id, const OutcomePtr& outcome);
   /// A work phase ended.
   Effects WorkFinished(const WorkDone& d);
+  /// The scheduler's answer to ReserveLaneEffect. `granted` (issue 18): the lane was free and
+  /// nobody in line, it is ours now: the push runs at once, blobs and manifest in one phase.
+  /// Otherwise (also when the scheduler did not answer) the blobs upload first (issue 20),
+  /// then the lane is asked for.
+  Effects LaneReserved(const BuildId& id, bool granted);
   /// The push lane is ours / could not be had before the build's deadline.
   Effects LaneGranted(const BuildId& id);
   Effects LaneFailed(const BuildId& id, const std::string& why);

@@ -93,12 +93,20 @@ class CandidateBuildsTest : public ::testing::Test {
     std::snprintf(buf, sizeof buf, "b-%016llx", static_cast<unsigned long long>(n));
     return buf;
   }
+  // Requests build 1 and runs it to its built image: the effects of the build's end.
+  Effects RequestAndBuild(CandidateBuilds& c) {
+    c.Request(Req(), 1, 0, 0);
+    c.WorkFinished(Done(Id(1), "resolve"));
+    c.Start(Id(1), "k");
+    return c.WorkFinished(Done(Id(1), "build"));
+  }
   // Runs build `id` (already requested) from resolve to the push's result.
   Effects RunToPushed(CandidateBuilds& c, const BuildId& id, Status push = Status::Ok()) {
     c.WorkFinished(Done(id, "resolve"));
     c.Submitted(id, Kind::kQueued, nullptr, "", 0);
     c.Start(id, "key:git-tree:" + std::string(40, 't'));
     c.WorkFinished(Done(id, "build"));
+    c.LaneReserved(id, /*granted=*/false);
     c.WorkFinished(Done(id, "blobs"));
     c.LaneGranted(id);
     return c.WorkFinished(Done(id, "push", push));
@@ -180,15 +188,20 @@ TEST_F(CandidateBuildsTest, HappyPathGoesThroughEveryPhase) {
   EXPECT_TRUE(Has<LeaseEffect>(fx));
   EXPECT_TRUE(c.worker_busy());
   fx = c.WorkFinished(Done(Id(1), "build"));
-  // Issue 20: a place in the lane's line now, the blobs upload before the lane is asked for.
+  // Issue 20: a place in the lane's line now; with the lane held by another build (issue 18),
+  // the blobs upload before the lane is asked for.
   EXPECT_EQ(All<ReserveLaneEffect>(fx).size(), 1u);
   EXPECT_FALSE(Has<LaneEffect>(fx));
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx));
+  EXPECT_TRUE(c.worker_busy());
+  EXPECT_EQ(All<SummaryEffect>(fx).back().summary.json["state"], "pushing");
+  fx = c.LaneReserved(Id(1), /*granted=*/false);
+  EXPECT_FALSE(Has<ReleaseLaneEffect>(fx));
   auto blobs = All<PushPhaseEffect>(fx);
   ASSERT_EQ(blobs.size(), 1u);
   EXPECT_TRUE(blobs[0].blobs);
   EXPECT_EQ(blobs[0].image_id, "img-1");
   EXPECT_TRUE(c.worker_busy());
-  EXPECT_EQ(All<SummaryEffect>(fx).back().summary.json["state"], "pushing");
   fx = c.WorkFinished(Done(Id(1), "blobs"));
   auto lane = All<LaneEffect>(fx);
   ASSERT_EQ(lane.size(), 1u);
@@ -336,6 +349,7 @@ TEST_F(CandidateBuildsTest, BlobUploadFailureFailsThePushWithoutTheLane) {
   WorkDone built = Done(Id(1), "build");
   built.elapsed_ms = 1234;
   c.WorkFinished(built);
+  c.LaneReserved(Id(1), false);
   Effects fx = c.WorkFinished(Done(Id(1), "blobs", Status::Unavailable("registry down")));
   EXPECT_FALSE(Has<LaneEffect>(fx));
   EXPECT_FALSE(Has<PushPhaseEffect>(fx));
@@ -353,10 +367,8 @@ TEST_F(CandidateBuildsTest, BlobUploadFailureFailsThePushWithoutTheLane) {
 
 TEST_F(CandidateBuildsTest, CancelDuringTheBlobUploadEndsCancelledWithoutTheLane) {
   auto c = Make();
-  c.Request(Req(), 1, 0, 0);
-  c.WorkFinished(Done(Id(1), "resolve"));
-  c.Start(Id(1), "k");
-  Effects fx = c.WorkFinished(Done(Id(1), "build"));
+  RequestAndBuild(c);
+  Effects fx = c.LaneReserved(Id(1), false);
   auto token = All<PushPhaseEffect>(fx).at(0).cancel;
   Effects cancel;
   c.CancelBuild(Id(1), &cancel);
@@ -374,6 +386,7 @@ TEST_F(CandidateBuildsTest, LaneNotGrantedBeforeTheDeadlineFailsThePush) {
   c.WorkFinished(Done(Id(1), "resolve"));
   c.Start(Id(1), "k");
   c.WorkFinished(Done(Id(1), "build"));
+  c.LaneReserved(Id(1), false);
   c.WorkFinished(Done(Id(1), "blobs"));
   Effects fx = c.LaneFailed(Id(1), "the push did not get its turn");
   EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));  // leaves the line
@@ -501,6 +514,7 @@ TEST_F(CandidateBuildsTest, LaneGrantedAfterCancelIsReleased) {
   c.WorkFinished(Done(Id(1), "resolve"));
   c.Start(Id(1), "k");
   c.WorkFinished(Done(Id(1), "build"));
+  c.LaneReserved(Id(1), false);
   c.WorkFinished(Done(Id(1), "blobs"));
   Effects none;
   c.CancelBuild(Id(1), &none);
@@ -508,6 +522,46 @@ TEST_F(CandidateBuildsTest, LaneGrantedAfterCancelIsReleased) {
   EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));
   EXPECT_EQ(All<FinishedEffect>(fx).size(), 1u);
   EXPECT_FALSE(Has<PushPhaseEffect>(fx));
+}
+
+// Issue 18: the lane was free and nobody in line when the build reserved its place: no separate
+// blob stage, the push under the grant uploads the blobs and puts the manifest in one phase.
+TEST_F(CandidateBuildsTest, LaneFreeOnReservePushesAtOnceWithoutABlobStage) {
+  auto c = Make();
+  Effects fx = RequestAndBuild(c);
+  ASSERT_EQ(All<ReserveLaneEffect>(fx).size(), 1u);
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx)) << "nothing runs before the scheduler answers";
+  EXPECT_TRUE(c.worker_busy());
+  fx = c.LaneReserved(Id(1), /*granted=*/true);
+  auto push = All<PushPhaseEffect>(fx);
+  ASSERT_EQ(push.size(), 1u);
+  EXPECT_FALSE(push[0].blobs) << "the push itself, under the grant";
+  EXPECT_EQ(push[0].image_id, "img-1");
+  EXPECT_FALSE(Has<LaneEffect>(fx)) << "the lane is ours already";
+  EXPECT_FALSE(Has<ReleaseLaneEffect>(fx));
+  EXPECT_TRUE(c.worker_busy());
+  fx = c.WorkFinished(Done(Id(1), "push"));
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx)) << "the lane taken on reserve is given back";
+  auto finished = All<FinishedEffect>(fx);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].outcome->status, BuildStatus::kSucceeded);
+  EXPECT_EQ(AnswerFor(fx, 1).structured["status"], "succeeded");
+  EXPECT_FALSE(c.worker_busy());
+}
+
+// Issue 18: the lane taken on reserve by a build cancelled meanwhile is given back at once.
+TEST_F(CandidateBuildsTest, LaneTakenOnReserveAfterCancelIsReleased) {
+  auto c = Make();
+  RequestAndBuild(c);
+  Effects none;
+  c.CancelBuild(Id(1), &none);
+  EXPECT_FALSE(Has<ReleaseLaneEffect>(none));
+  Effects fx = c.LaneReserved(Id(1), /*granted=*/true);
+  EXPECT_TRUE(Has<ReleaseLaneEffect>(fx));
+  EXPECT_FALSE(Has<PushPhaseEffect>(fx));
+  ASSERT_EQ(All<FinishedEffect>(fx).size(), 1u);
+  EXPECT_EQ(All<FinishedEffect>(fx)[0].outcome->status, BuildStatus::kCancelled);
+  EXPECT_FALSE(c.worker_busy());
 }
 
 TEST_F(CandidateBuildsTest, OneWorkerAtATimeSecondStartWaits) {
@@ -716,7 +770,8 @@ TEST_F(CandidateBuildsTest, RestoreCarriesOnAResumableBuildToOneTerminalRecord) 
   auto build = All<BuildPhaseEffect>(fx);
   ASSERT_EQ(build.size(), 1u);
   EXPECT_EQ(build[0].commit, commit);
-  fx = c.WorkFinished(Done(Id(50), "build"));
+  c.WorkFinished(Done(Id(50), "build"));
+  fx = c.LaneReserved(Id(50), false);
   EXPECT_TRUE(All<PushPhaseEffect>(fx).at(0).blobs);
   c.WorkFinished(Done(Id(50), "blobs"));
   c.LaneGranted(Id(50));

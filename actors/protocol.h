@@ -8,7 +8,9 @@
 //                   (cancel_atom, BuildId)
 //                   (push_atom, registry, BuildId)                 -> granted_atom when granted
 //                   (release_atom, registry, BuildId)              also leaves the line
-//                   (reserve_atom, registry, BuildId)              a place in line (issue 20)
+//                   (reserve_atom, registry, BuildId)              -> bool: a place in line
+//                       (issue 20); true: the lane was free and nobody in line, it is taken
+//                       for the build now (issue 18: no separate blob stage)
 //                   (position_atom, BuildId)                       -> int64 (-1: not queued)
 //                   (stats_atom)                                   -> SchedulerStats
 //   CandidateActor: (build_atom, BuildRequest, actor sink)         -> ToolResult
@@ -120,7 +122,7 @@ using SchedulerActor =
                      caf::reacts_to<cancel_atom, BuildId>,
                      caf::replies_to<push_atom, std::string, BuildId>::with<granted_atom>,
                      caf::reacts_to<release_atom, std::string, BuildId>,
-                     caf::reacts_to<reserve_atom, std::string, BuildId>,
+                     caf::replies_to<reserve_atom, std::string, BuildId>::with<bool>,
                      caf::replies_to<position_atom, BuildId>::with<int64_t>,
                      caf::replies_to<stats_atom>::with<SchedulerStats>>;
 

@@ -26,6 +26,16 @@ void PushLanes::Reserve(const std::string& registry, const std::string& id) {
     lane.waiting.push_back(id);
 }
 
+bool PushLanes::ReserveOrTake(const std::string& registry, const std::string& id) {
+  Lane& lane = lanes_[registry];
+  if (!lane.holder && lane.waiting.empty()) {
+    lane.holder = id;
+    return true;
+  }
+  Reserve(registry, id);
+  return lane.holder && *lane.holder == id;
+}
+
 std::optional<std::string> PushLanes::GrantNext(Lane& lane) {
   if (lane.holder || lane.waiting.empty() || !lane.asked.count(lane.waiting.front()))
     return std::nullopt;

@@ -5,6 +5,8 @@
 // Issue 20: a build takes its place in line when it is built (Reserve), uploads its blobs,
 // then asks for the lane (Acquire): the lane goes to the first in line only once that one
 // asks, so manifests (tags) still move in build order while blobs upload outside the lane.
+// Issue 18: a build that finds the lane free and nobody in line takes it at once
+// (ReserveOrTake) and uploads its blobs under it: no separate blob stage when nobody waits.
 // Pure state; not thread-safe: owned by the scheduler actor.
 #pragma once
 
@@ -28,6 +30,9 @@ class PushLanes {
   /// Takes `id`'s place at the end of `registry`'s line without asking for the lane yet; the
   /// ones behind it wait until it has asked (Acquire) and released, or left (Release).
   void Reserve(const std::string& registry, const std::string& id);
+  /// Issue 18: takes `registry`'s lane for `id` at once when nobody holds it and nobody is in
+  /// line (returns true: `id` holds it, as after a granted Acquire); otherwise Reserve (false).
+  bool ReserveOrTake(const std::string& registry, const std::string& id);
   /// Releases the lane held by `id` (or drops `id` from the line). Returns the id granted next
   /// (the first in line, when it has asked).
   std::optional<std::string> Release(const std::string& registry, const std::string& id);

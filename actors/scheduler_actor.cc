@@ -174,9 +174,9 @@ SchedulerActor::behavior_type SchedulerBehavior(
         s.lane_waiters[id] = rp;
         return rp;
       },
-      [=](reserve_atom, const std::string& registry, const BuildId& id) {
+      [=](reserve_atom, const std::string& registry, const BuildId& id) -> bool {
         NoteLaneUser(self, registry, id);
-        self->state.lanes.Reserve(registry, id);
+        return self->state.lanes.ReserveOrTake(registry, id);
       },
       [=](release_atom, const std::string& registry, const BuildId& id) {
         ForgetLaneUser(self, registry, id);

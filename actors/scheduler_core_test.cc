@@ -248,6 +248,30 @@ TEST(PushLanes, ReservedPlaceKeepsBuildOrderWhileBlobsUpload) {
   EXPECT_EQ(*p.Release("r", "next"), "late");
 }
 
+// Issue 18: a build that finds the lane free and nobody in line takes it when it reserves (no
+// separate blob stage); one that finds it held, or someone ahead in line, only takes its place.
+TEST(PushLanes, ReserveOrTakeTakesTheLaneOnlyWhenFreeAndNobodyIsAhead) {
+  PushLanes p;
+  EXPECT_TRUE(p.ReserveOrTake("r", "first"));
+  EXPECT_EQ(*p.Holder("r"), "first");
+  EXPECT_TRUE(p.Acquire("r", "first"));  // asking again under the grant keeps it
+  EXPECT_FALSE(p.ReserveOrTake("r", "second")) << "the lane is held";
+  EXPECT_EQ(p.Waiting("r"), 1u);
+  // The holder releases; "second" reserved but has not asked: the lane stays free...
+  EXPECT_FALSE(p.Release("r", "first"));
+  EXPECT_FALSE(p.Holder("r"));
+  // ...and is not taken by a later build: "second" is ahead in line (tags in build order).
+  EXPECT_FALSE(p.ReserveOrTake("r", "third"));
+  EXPECT_FALSE(p.Holder("r"));
+  EXPECT_FALSE(p.Acquire("r", "third"));
+  EXPECT_TRUE(p.Acquire("r", "second"));
+  EXPECT_EQ(*p.Release("r", "second"), "third");
+  EXPECT_FALSE(p.Release("r", "third"));
+  // Other registries have lanes of their own.
+  EXPECT_TRUE(p.ReserveOrTake("r2", "other"));
+  EXPECT_TRUE(p.ReserveOrTake("r", "fourth"));
+}
+
 // --- per-domain build slots (issue 15) ---
 
 JobRequest Job(const std::string& domain, int i) {

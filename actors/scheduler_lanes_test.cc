@@ -31,20 +31,46 @@ bool Granted(caf::actor_system& sys, const SchedulerActor& sched, const std::str
   return granted;
 }
 
+// Reserves `id`'s place in `registry`'s line; true when the lane was taken for it (issue 18).
+std::optional<bool> Reserve(caf::scoped_actor& self, const SchedulerActor& sched,
+                            const std::string& registry, const BuildId& id) {
+  std::optional<bool> taken;
+  self->request(sched, std::chrono::seconds(20), reserve_atom::value, registry, id)
+      .receive([&](bool t) { taken = t; }, [&](caf::error&) {});
+  return taken;
+}
+
 TEST(SchedulerLanes, APlaceHeldByAStoppedCandidateIsGivenBack) {
   Cfg cfg;
   caf::actor_system sys{cfg};
   auto sched = SpawnScheduler(sys, 2, {{"a", 1}}, nullptr);
+  caf::scoped_actor holder{sys};
+  ASSERT_EQ(Reserve(holder, sched, "reg", "zero"), true);  // the lane was free: taken
   {
     // An earlier build took its place in line (its blobs are uploading) and its candidate
     // actor stops before it asks for the lane.
     caf::scoped_actor early{sys};
-    early->send(sched, reserve_atom::value, std::string("reg"), BuildId("early"));
-    // Every message of `early` before this answer has been handled: the place is taken.
-    early->request(sched, std::chrono::seconds(20), stats_atom::value)
-        .receive([](const SchedulerStats&) {}, [](caf::error&) {});
+    ASSERT_EQ(Reserve(early, sched, "reg", "early"), false);  // the lane is held: a place
   }
+  holder->send(sched, release_atom::value, std::string("reg"), BuildId("zero"));
   EXPECT_TRUE(Granted(sys, sched, "reg", BuildId("later")));
+  caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
+}
+
+// Issue 18: reserving takes the lane only when it is free and nobody is ahead in line; a build
+// that finds it held (or another build ahead) gets a place and uploads its blobs first.
+TEST(SchedulerLanes, ReserveTakesTheLaneOnlyWhenItIsFreeAndNobodyIsAhead) {
+  Cfg cfg;
+  caf::actor_system sys{cfg};
+  auto sched = SpawnScheduler(sys, 2, {{"a", 1}}, nullptr);
+  caf::scoped_actor self{sys};
+  EXPECT_EQ(Reserve(self, sched, "reg", "one"), true);
+  EXPECT_EQ(Reserve(self, sched, "reg", "two"), false) << "held by one";
+  EXPECT_EQ(Reserve(self, sched, "other", "three"), true) << "another registry's lane";
+  self->send(sched, release_atom::value, std::string("reg"), BuildId("one"));
+  // The lane is free now, but "two" (still uploading its blobs) is ahead of "four".
+  EXPECT_EQ(Reserve(self, sched, "reg", "four"), false);
+  EXPECT_TRUE(Granted(sys, sched, "reg", BuildId("two")));
   caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
 }
 
