@@ -462,17 +462,18 @@ Status LayeredBuilder::EnsureBlobs(const BuildJob& job, const Prepared& prep,
       st = c->GetBlob(prep.base_repo, digest, &blob);
       if (!st.ok()) return st;
       ++uploads;
-      return c->PutBlob(repo, digest, blob);
+      return c->PutBlob(repo, digest, std::move(blob));
     }
     say("kiln: uploading " + digest + "\n");
     ++uploads;
     if (data == &prep.layer.data && prep.layer.file) {
       // The registry client uploads from memory: the layer is read only for its upload.
+      // kiln hashed these bytes as it wrote them (the blob file is kiln's own): no second hash.
       std::string blob;
       st = prep.layer.file->ReadAll(&blob);
-      return st.ok() ? c->PutBlob(repo, digest, blob) : st;
+      return st.ok() ? c->PutBlob(repo, digest, std::move(blob), /*verify=*/false) : st;
     }
-    return c->PutBlob(repo, digest, *data);
+    return c->PutBlob(repo, digest, *data, /*verify=*/false);
   };
   // Every blob concurrently (the client is thread-safe). Each thread carries the build's
   // registry deadline (issue 19: a stalled registry fails the push within build.timeout_s,

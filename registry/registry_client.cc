@@ -185,7 +185,15 @@ std::optional<std::chrono::milliseconds> RegistryDeadlineLeft() {
 }
 // --- end issue 19 ---
 
-Status RegistryClient::Send(const Origin& origin, const Request& r, Response* resp) {
+Status RegistryClient::Send(const Origin& origin, Request& r, Response* resp) {
+  // The body goes to the round trip and back (swapped, not copied: a layer is megabytes).
+  HttpClientRequest req;
+  req.body.swap(r.body);
+  struct GiveBack {
+    std::string& from;
+    std::string& to;
+    ~GiveBack() { to.swap(from); }
+  } give_back{req.body, r.body};
   Status last;
   const std::string where = "registry " + origin.HostPort();
   const std::string path =
@@ -206,11 +214,9 @@ Status RegistryClient::Send(const Origin& origin, const Request& r, Response* re
                    std::string(http::to_string(r.method)), path, attempt + 1, last.message());
       SleepBeforeRetry(opts_.backoff_base, attempt);
     }
-    HttpClientRequest req;
     req.method = std::string(http::to_string(r.method));
     req.target = r.target;
     req.headers = r.headers;
-    req.body = r.body;
     req.body_limit = r.body_limit;
     HttpResult x;
     try {
@@ -298,11 +304,13 @@ Status RegistryClient::FetchToken(const BearerInfo& info, const std::vector<std:
   return Status::Ok();
 }
 
-Status RegistryClient::SendAuthed(const Request& base, const std::vector<std::string>& scopes,
+Status RegistryClient::SendAuthed(Request req, const std::vector<std::string>& scopes,
                                   const std::string& repo, Response* resp) {
-  const Origin& origin = base.origin ? *base.origin : *origin_;
+  // The request is the caller's (moved in: a blob upload's body is not copied); the retry after
+  // a 401 sends it again without the Authorization header added here.
+  const Origin origin = req.origin ? *req.origin : *origin_;
   bool same_origin = origin == *origin_;
-  Request req = base;
+  const size_t caller_headers = req.headers.size();
   std::string auth = same_origin ? AuthHeader(scopes) : "";
   if (auth.empty() && same_origin) {
     // A known bearer realm: fetch a token up front and save a 401 round trip.
@@ -329,7 +337,7 @@ Status RegistryClient::SendAuthed(const Request& base, const std::vector<std::st
     if (c.scheme == "bearer" && !bearer) bearer = &c;
     if (c.scheme == "basic" && !basic) basic = &c;
   }
-  req = base;
+  req.headers.resize(caller_headers);
   if (bearer) {
     BearerInfo info{bearer->Param("realm"), bearer->Param("service")};
     if (info.realm.empty())
@@ -445,12 +453,12 @@ bool ResolveLocation(const std::string& loc, const RegistryClient::Origin& base,
 }
 }  // namespace
 
-Status RegistryClient::PutBlob(const std::string& repo, const std::string& digest,
-                               const std::string& data) {
+Status RegistryClient::PutBlob(const std::string& repo, const std::string& digest, std::string data,
+                               bool verify) {
   Status st = Check(repo);
   if (!st.ok()) return st;
   if (!IsSha256Digest(digest)) return Status::InvalidArgument("invalid digest '" + digest + "'");
-  if ("sha256:" + Sha256Hex(data) != digest)
+  if (verify && "sha256:" + Sha256Hex(data) != digest)
     return Status::InvalidArgument("blob data does not match digest " + digest);
   const std::vector<std::string> scopes = {ScopeFor(repo, true)};
   Request post;
@@ -470,9 +478,9 @@ Status RegistryClient::PutBlob(const std::string& repo, const std::string& diges
   put.target += (put.target.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") +
                 UrlEncode(digest);
   put.headers.emplace_back("Content-Type", "application/octet-stream");
-  put.body = data;
+  put.body = std::move(data);
   put.body_limit = kMaxErrorBody;
-  st = SendAuthed(put, scopes, repo, &resp);
+  st = SendAuthed(std::move(put), scopes, repo, &resp);
   if (!st.ok()) return st;
   if (resp.status != 201) return ErrorFor(resp, "blob", digest, repo);
   std::string got = resp.Header("docker-content-digest");

@@ -98,8 +98,12 @@ class RegistryClient {
   Status BlobExists(const std::string& repo, const std::string& digest, bool* exists);
 
   /// Monolithic upload (POST then PUT ?digest=). InvalidArgument when sha256(data) != digest;
-  /// PermissionDenied, Unavailable or Internal (unexpected status) otherwise.
-  Status PutBlob(const std::string& repo, const std::string& digest, const std::string& data);
+  /// PermissionDenied, Unavailable or Internal (unexpected status) otherwise. `verify` false
+  /// skips kiln's own hash of `data` (the registry still checks the digest; issue 18: for bytes
+  /// kiln hashed itself as it made them, e.g. the layered builder's layer). `data` is moved into
+  /// the request: pass an rvalue to upload megabytes without a copy.
+  Status PutBlob(const std::string& repo, const std::string& digest, std::string data,
+                 bool verify = true);
 
   /// Cross-repository mount. *mounted is true on 201, false on 202 (the registry opened an
   /// upload instead; it is abandoned). Errors as PutBlob.
@@ -148,10 +152,10 @@ class RegistryClient {
 
   Status Check(const std::string& repo) const;
   // One HTTP exchange with retries on 5xx/429/connection errors.
-  Status Send(const Origin& origin, const Request& req, Response* resp);
+  Status Send(const Origin& origin, Request& req, Response* resp);
   // Send() with registry auth: cached token/basic, then one retry after a 401 challenge.
-  Status SendAuthed(const Request& req, const std::vector<std::string>& scopes,
-                    const std::string& repo, Response* resp);
+  Status SendAuthed(Request req, const std::vector<std::string>& scopes, const std::string& repo,
+                    Response* resp);
   Status FetchToken(const BearerInfo& info, const std::vector<std::string>& scopes,
                     const std::string& repo, std::string* token);
   std::string AuthHeader(const std::vector<std::string>& scopes);
